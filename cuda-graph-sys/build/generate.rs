@@ -67,9 +67,13 @@ pub fn bindings(tk: &Toolkit, wrapper: &Path, out_dir: &Path) -> Result<String, 
         builder = builder.clang_arg(format!("-I{}", dir.display()));
     }
     // bindgen panics when libclang cannot be loaded; that is a reason to fall back, not to fail.
-    let generated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()))
-        .map_err(|_| "libclang could not be loaded (install libclang-dev, or set LIBCLANG_PATH)".to_string())?
-        .map_err(|e| format!("bindgen failed: {e}"))?;
+    let generated =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()))
+            .map_err(|_| {
+                "libclang could not be loaded (install libclang-dev, or set LIBCLANG_PATH)"
+                    .to_string()
+            })?
+            .map_err(|e| format!("bindgen failed: {e}"))?;
     finish(&generated.to_string(), tk.version)
 }
 
@@ -84,15 +88,19 @@ fn alias_candidates(header: &str) -> Vec<String> {
             let mut words = rest.split_whitespace();
             let name = words.next()?;
             let body: String = words.collect();
-            let is_ident = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            let is_ident =
+                |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             let target = body
                 .strip_suffix(')')
                 .and_then(|b| b.split_once('('))
                 .filter(|(wrapper, _)| wrapper.starts_with("__CUDA"))
                 .map(|(_, inner)| inner)
                 .unwrap_or(&body);
-            (name.starts_with("cu") && is_ident(name) && target.starts_with("cu") && is_ident(target))
-                .then(|| name.to_string())
+            (name.starts_with("cu")
+                && is_ident(name)
+                && target.starts_with("cu")
+                && is_ident(target))
+            .then(|| name.to_string())
         })
         .collect()
 }
@@ -104,9 +112,13 @@ fn finish(raw: &str, version: u32) -> Result<String, String> {
     for item in &mut file.items {
         if let syn::Item::ForeignMod(block) = item {
             block.items.retain(|foreign| {
-                let syn::ForeignItem::Fn(f) = foreign else { return true };
+                let syn::ForeignItem::Fn(f) = foreign else {
+                    return true;
+                };
                 let name = f.sig.ident.to_string();
-                let Some(pair) = name.strip_prefix(ALIAS_PROBE) else { return true };
+                let Some(pair) = name.strip_prefix(ALIAS_PROBE) else {
+                    return true;
+                };
                 if let Some((alias, symbol)) = pair.split_once(ALIAS_SEP) {
                     if alias != symbol {
                         aliases.push((alias.to_string(), symbol.to_string()));
@@ -116,7 +128,8 @@ fn finish(raw: &str, version: u32) -> Result<String, String> {
             });
         }
     }
-    file.items.retain(|item| !matches!(item, syn::Item::ForeignMod(b) if b.items.is_empty()));
+    file.items
+        .retain(|item| !matches!(item, syn::Item::ForeignMod(b) if b.items.is_empty()));
     aliases.sort();
     let table: String = aliases
         .iter()

@@ -21,11 +21,19 @@ pub fn generate(bindings: &str, runtime_loaded: bool) -> Result<String, String> 
     let mut names = std::collections::BTreeSet::new();
     let mut skipped = Vec::new();
     for item in &file.items {
-        let syn::Item::ForeignMod(block) = item else { continue };
+        let syn::Item::ForeignMod(block) = item else {
+            continue;
+        };
         for foreign in &block.items {
-            let syn::ForeignItem::Fn(f) = foreign else { continue };
+            let syn::ForeignItem::Fn(f) = foreign else {
+                continue;
+            };
             let name = f.sig.ident.to_string();
-            let api = if name.starts_with("cuda") { Api::Runtime } else { Api::Driver };
+            let api = if name.starts_with("cuda") {
+                Api::Runtime
+            } else {
+                Api::Driver
+            };
             names.insert(name.clone());
             if api == Api::Runtime && !runtime_loaded {
                 continue;
@@ -49,7 +57,58 @@ pub fn generate(bindings: &str, runtime_loaded: bool) -> Result<String, String> 
             ));
         }
     }
+    for ty in ["cudaError_enum", "cudaError"] {
+        out.push_str(&error_names(&file, ty));
+    }
     Ok(out)
+}
+
+/// `impl <ty> { pub const fn name(self) }`: the C name of each error code the headers define.
+fn error_names(file: &syn::File, ty: &str) -> String {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut arms = String::new();
+    for item in &file.items {
+        let syn::Item::Impl(block) = item else {
+            continue;
+        };
+        if block.self_ty.to_token_stream().to_string() != ty {
+            continue;
+        }
+        for member in &block.items {
+            let syn::ImplItem::Const(c) = member else {
+                continue;
+            };
+            let syn::Expr::Call(call) = &c.expr else {
+                continue;
+            };
+            let Some(syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Int(value),
+                ..
+            })) = call.args.first()
+            else {
+                continue;
+            };
+            let Ok(value) = value.base10_parse::<u32>() else {
+                continue;
+            };
+            if seen.insert(value) {
+                arms.push_str(&format!("            {value} => Some(\"{}\"),\n", c.ident));
+            }
+        }
+    }
+    format!(
+        r#"
+impl {ty} {{
+    /// The C name of this code (`"CUDA_ERROR_INVALID_VALUE"`, `"cudaErrorInvalidValue"`), or
+    /// `None` for a value these headers do not define (a newer driver may return one).
+    pub const fn name(self) -> Option<&'static str> {{
+        match self.0 {{
+{arms}            _ => None,
+        }}
+    }}
+}}
+"#
+    )
 }
 
 fn shim(sig: &syn::Signature, api: Api) -> Option<String> {
@@ -61,15 +120,21 @@ fn shim(sig: &syn::Signature, api: Api) -> Option<String> {
     let fallback = match (ret.as_str(), api) {
         ("CUresult", _) => "crate::loader::driver_error(cg_missing)".to_string(),
         ("cudaError_t", _) => "crate::loader::runtime_error(cg_missing)".to_string(),
-        (r, _) if r.starts_with("* const") => "{ let _ = cg_missing; ::core::ptr::null() }".to_string(),
-        (r, _) if r.starts_with("* mut") => "{ let _ = cg_missing; ::core::ptr::null_mut() }".to_string(),
+        (r, _) if r.starts_with("* const") => {
+            "{ let _ = cg_missing; ::core::ptr::null() }".to_string()
+        }
+        (r, _) if r.starts_with("* mut") => {
+            "{ let _ = cg_missing; ::core::ptr::null_mut() }".to_string()
+        }
         _ => return None,
     };
     let mut params = Vec::new();
     let mut types = Vec::new();
     let mut args = Vec::new();
     for input in &sig.inputs {
-        let syn::FnArg::Typed(arg) = input else { return None };
+        let syn::FnArg::Typed(arg) = input else {
+            return None;
+        };
         let pat = arg.pat.to_token_stream().to_string();
         let ty = arg.ty.to_token_stream().to_string();
         params.push(format!("{pat}: {ty}"));
@@ -77,8 +142,14 @@ fn shim(sig: &syn::Signature, api: Api) -> Option<String> {
         args.push(pat);
     }
     let (library, which) = match api {
-        Api::Driver => ("DRIVER", "Driver API function, resolved from `libcuda.so.1`"),
-        Api::Runtime => ("RUNTIME", "Runtime API function, resolved from `libcudart.so`"),
+        Api::Driver => (
+            "DRIVER",
+            "Driver API function, resolved from `libcuda.so.1`",
+        ),
+        Api::Runtime => (
+            "RUNTIME",
+            "Runtime API function, resolved from `libcudart.so`",
+        ),
     };
     Some(format!(
         r#"
@@ -119,15 +190,24 @@ fn aliases(file: &syn::File) -> Vec<(String, String)> {
         if c.ident != "API_ALIASES" {
             continue;
         }
-        let syn::Expr::Reference(r) = &*c.expr else { continue };
-        let syn::Expr::Array(array) = &*r.expr else { continue };
+        let syn::Expr::Reference(r) = &*c.expr else {
+            continue;
+        };
+        let syn::Expr::Array(array) = &*r.expr else {
+            continue;
+        };
         for element in &array.elems {
-            let syn::Expr::Tuple(t) = element else { continue };
+            let syn::Expr::Tuple(t) = element else {
+                continue;
+            };
             let strings: Vec<String> = t
                 .elems
                 .iter()
                 .filter_map(|e| match e {
-                    syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value()),
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(s),
+                        ..
+                    }) => Some(s.value()),
                     _ => None,
                 })
                 .collect();

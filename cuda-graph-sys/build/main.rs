@@ -59,7 +59,9 @@ fn run() -> Result<(), String> {
     }
     println!("cargo::rustc-check-cfg=cfg(cuda_graph_sys_runtime_loaded)");
 
-    let forced = env::var("CUDA_GRAPH_PREGENERATED").ok().filter(|v| !v.is_empty());
+    let forced = env::var("CUDA_GRAPH_PREGENERATED")
+        .ok()
+        .filter(|v| !v.is_empty());
     let docs_rs = env::var_os("DOCS_RS").is_some();
     let found = if docs_rs {
         Err("building on docs.rs".to_string())
@@ -81,7 +83,12 @@ fn run() -> Result<(), String> {
                     dotted(version)
                 );
                 // The headers were found; the runtime library can still be linked.
-                (read_pregenerated(&manifest, version)?, version, Some(tk), "pregenerated")
+                (
+                    read_pregenerated(&manifest, version)?,
+                    version,
+                    Some(tk),
+                    "pregenerated",
+                )
             }
         },
         Err(why) => {
@@ -92,7 +99,12 @@ fn run() -> Result<(), String> {
                     dotted(version)
                 );
             }
-            (read_pregenerated(&manifest, version)?, version, None, "pregenerated")
+            (
+                read_pregenerated(&manifest, version)?,
+                version,
+                None,
+                "pregenerated",
+            )
         }
     };
     write(&out_dir.join("bindings.rs"), &bindings)?;
@@ -110,8 +122,14 @@ fn run() -> Result<(), String> {
     write(&out_dir.join("loader.rs"), &loader)?;
 
     // Metadata for dependents (DEP_CUDA_VERSION, ...) and for this crate's own code.
-    let root = toolkit.as_ref().map(|tk| tk.root.display().to_string()).unwrap_or_default();
-    let include = toolkit.as_ref().map(|tk| tk.include.display().to_string()).unwrap_or_default();
+    let root = toolkit
+        .as_ref()
+        .map(|tk| tk.root.display().to_string())
+        .unwrap_or_default();
+    let include = toolkit
+        .as_ref()
+        .map(|tk| tk.include.display().to_string())
+        .unwrap_or_default();
     println!("cargo::metadata=version={version}");
     println!("cargo::metadata=root={root}");
     println!("cargo::metadata=include={include}");
@@ -155,8 +173,12 @@ fn link_runtime(toolkit: Option<&toolkit::Toolkit>, docs_rs: bool) -> Result<Cud
         || env::var("CUDA_GRAPH_CUDART").is_ok_and(|v| v == "dynamic");
     println!("cargo::rustc-link-search=native={}", lib.display());
     if dynamic {
-        let name = toolkit::shared_cudart(lib)
-            .ok_or_else(|| format!("dynamic runtime asked for, but {} has no libcudart.so", lib.display()))?;
+        let name = toolkit::shared_cudart(lib).ok_or_else(|| {
+            format!(
+                "dynamic runtime asked for, but {} has no libcudart.so",
+                lib.display()
+            )
+        })?;
         if name == "libcudart.so" {
             println!("cargo::rustc-link-lib=dylib=cudart");
         } else {

@@ -6,7 +6,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Environment variables that name a toolkit root, in the order they are tried.
-pub const ROOT_VARS: [&str; 4] = ["CUDA_PATH", "CUDA_HOME", "CUDA_ROOT", "CUDA_TOOLKIT_ROOT_DIR"];
+pub const ROOT_VARS: [&str; 4] = [
+    "CUDA_PATH",
+    "CUDA_HOME",
+    "CUDA_ROOT",
+    "CUDA_TOOLKIT_ROOT_DIR",
+];
 
 /// Prefixes tried after the variables and `nvcc`.
 const DEFAULT_ROOTS: [&str; 2] = ["/usr/local/cuda", "/opt/cuda"];
@@ -72,11 +77,20 @@ fn find_on_path(program: &str) -> Option<PathBuf> {
 
 /// Checks one candidate root.
 fn probe(root: &Path, found_by: String) -> Result<Toolkit, String> {
-    let include = ["include", "targets/x86_64-linux/include", "targets/sbsa-linux/include"]
-        .iter()
-        .map(|sub| root.join(sub))
-        .find(|dir| dir.join("cuda.h").is_file() && dir.join("cuda_runtime.h").is_file())
-        .ok_or_else(|| format!("{} has no include/cuda.h with cuda_runtime.h", root.display()))?;
+    let include = [
+        "include",
+        "targets/x86_64-linux/include",
+        "targets/sbsa-linux/include",
+    ]
+    .iter()
+    .map(|sub| root.join(sub))
+    .find(|dir| dir.join("cuda.h").is_file() && dir.join("cuda_runtime.h").is_file())
+    .ok_or_else(|| {
+        format!(
+            "{} has no include/cuda.h with cuda_runtime.h",
+            root.display()
+        )
+    })?;
     let mut extra_includes = Vec::new();
     if !include.join("crt/host_config.h").is_file() {
         // PyPI's CUDA 12 wheels keep the crt/ headers in the nvcc wheel, beside the runtime one.

@@ -17,6 +17,8 @@ pub const CU_DEVICE_INVALID: CUdevice = -2;
 /// `CU_LAUNCH_PARAM_END`: ends the `extra` array of `cuLaunchKernel`.
 pub const CU_LAUNCH_PARAM_END: *mut core::ffi::c_void = core::ptr::null_mut();
 /// `CU_LAUNCH_PARAM_BUFFER_POINTER`: in `extra`, the next entry points to the argument buffer.
-pub const CU_LAUNCH_PARAM_BUFFER_POINTER: *mut core::ffi::c_void = core::ptr::without_provenance_mut(0x1);
+pub const CU_LAUNCH_PARAM_BUFFER_POINTER: *mut core::ffi::c_void =
+    core::ptr::without_provenance_mut(0x1);
 /// `CU_LAUNCH_PARAM_BUFFER_SIZE`: in `extra`, the next entry points to the buffer's size.
-pub const CU_LAUNCH_PARAM_BUFFER_SIZE: *mut core::ffi::c_void = core::ptr::without_provenance_mut(0x2);
+pub const CU_LAUNCH_PARAM_BUFFER_SIZE: *mut core::ffi::c_void =
+    core::ptr::without_provenance_mut(0x2);

@@ -49,7 +49,10 @@ impl fmt::Display for LoadError {
             LoadError::LibraryNotFound { library, reason } => {
                 write!(f, "{library} could not be loaded ({reason})")?;
                 if library.contains("libcuda.") {
-                    write!(f, ": no NVIDIA driver is installed or it is not on the loader's path")?;
+                    write!(
+                        f,
+                        ": no NVIDIA driver is installed or it is not on the loader's path"
+                    )?;
                 }
                 Ok(())
             }
@@ -185,7 +188,9 @@ fn dl_error() -> String {
         "unknown error".into()
     } else {
         // SAFETY: a non-null dlerror result is a NUL-terminated string valid until the next call.
-        unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(message) }
+            .to_string_lossy()
+            .into_owned()
     }
 }
 
@@ -230,7 +235,11 @@ impl Symbol {
         // SAFETY: the handle came from dlopen and is never closed; the name is NUL-terminated.
         let address = unsafe { libc::dlsym(handle.0, self.name.as_ptr()) };
         if address.is_null() {
-            *self.library.last_missing.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.name);
+            *self
+                .library
+                .last_missing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(self.name);
             self.state.store(NO_SYMBOL, Ordering::Release);
             return Err(Missing::Symbol);
         }

@@ -1,0 +1,89 @@
+//! The shipped bindings are bindgen's current output, and the generated extras hold together.
+
+use cuda_graph_sys::{API_ALIASES, BINDINGS_SOURCE, CUDA_VERSION, CUresult, cudaError_t};
+
+/// Where a toolkit is present, the build generated fresh bindings; the shipped file for the same
+/// version must be byte-for-byte the same (ci/gen-bindings.sh regenerates it).
+#[test]
+fn shipped_bindings_match_fresh_output() {
+    let fresh = include_str!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+    if BINDINGS_SOURCE != "bindgen" {
+        println!(
+            "SKIPPED shipped_bindings_match_fresh_output: this build used the pregenerated bindings (no toolkit or no libclang)"
+        );
+        return;
+    }
+    let path = format!(
+        "{}/src/pregenerated/cuda_{CUDA_VERSION}.rs",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let Ok(shipped) = std::fs::read_to_string(&path) else {
+        println!(
+            "SKIPPED shipped_bindings_match_fresh_output: no bindings ship for CUDA {CUDA_VERSION}"
+        );
+        return;
+    };
+    if shipped != fresh {
+        let (line, (old, new)) = shipped
+            .lines()
+            .zip(fresh.lines())
+            .enumerate()
+            .find(|(_, (a, b))| a != b)
+            .unwrap_or((
+                shipped.lines().count().min(fresh.lines().count()),
+                ("<end>", "<end>"),
+            ));
+        panic!(
+            "{path} differs from bindgen's output for CUDA {CUDA_VERSION} at line {}:\n  shipped: {old}\n  fresh:   {new}\nrun ci/gen-bindings.sh",
+            line + 1
+        );
+    }
+}
+
+#[test]
+fn header_aliases_are_exported_under_the_c_name() {
+    for (alias, symbol) in [
+        ("cuMemAlloc", "cuMemAlloc_v2"),
+        ("cuMemFree", "cuMemFree_v2"),
+        ("cuGraphInstantiate", "cuGraphInstantiateWithFlags"),
+        ("cuStreamBeginCapture", "cuStreamBeginCapture_v2"),
+    ] {
+        assert!(
+            API_ALIASES.contains(&(alias, symbol)),
+            "{alias} -> {symbol} missing from API_ALIASES"
+        );
+    }
+    // The alias is the loading function itself, not a second declaration.
+    assert_eq!(
+        cuda_graph_sys::cuMemAlloc as *const () as usize,
+        cuda_graph_sys::cuMemAlloc_v2 as *const () as usize
+    );
+    assert!(API_ALIASES.iter().all(|(a, s)| a != s && s.starts_with(a)));
+}
+
+#[test]
+fn error_codes_have_their_c_names() {
+    assert_eq!(CUresult::CUDA_SUCCESS.name(), Some("CUDA_SUCCESS"));
+    assert_eq!(
+        CUresult::CUDA_ERROR_INVALID_VALUE.name(),
+        Some("CUDA_ERROR_INVALID_VALUE")
+    );
+    assert_eq!(
+        cudaError_t::cudaErrorMemoryAllocation.name(),
+        Some("cudaErrorMemoryAllocation")
+    );
+    // A value no header defines, as a newer driver might return, is representable and unnamed.
+    assert_eq!(CUresult(123_456).name(), None);
+}
+
+#[test]
+fn version_matches_the_metadata() {
+    assert_eq!(
+        env!("CUDA_GRAPH_SYS_CUDA_VERSION").parse::<u32>().unwrap(),
+        CUDA_VERSION
+    );
+    assert!(
+        CUDA_VERSION >= 12000,
+        "CUDA {CUDA_VERSION} is older than the 12.x this crate supports"
+    );
+}

@@ -1,0 +1,426 @@
+//! Stream capture: a guard that always ends the capture (on `?`, on panic, on drop) and leaves
+//! the stream usable; stream-ordered allocation that becomes alloc/free nodes (G.3.2, G.3.4);
+//! fork and join of other streams through events.
+
+use std::cell::RefCell;
+
+use crate::alloc::GraphAllocation;
+use crate::device::Device;
+use crate::error::{Error, Result, check};
+use crate::event::{Event, EventFlags};
+use crate::graph::{Graph, MemOp, NodeKind, next_graph_id};
+use crate::module::{Function, KernelArgs, LaunchConfig};
+use crate::pool::MemPool;
+use crate::stream::{AsStream, CaptureStatus};
+use crate::sys;
+
+/// How a capture reacts to capture-unsafe calls on other threads (`CUstreamCaptureMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureMode {
+    /// `CU_STREAM_CAPTURE_MODE_GLOBAL`: unsafe calls from any thread are errors.
+    Global,
+    /// `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`: only from this thread.
+    ThreadLocal,
+    /// `CU_STREAM_CAPTURE_MODE_RELAXED`: not checked.
+    Relaxed,
+}
+
+impl CaptureMode {
+    fn raw(self) -> sys::CUstreamCaptureMode {
+        use sys::CUstreamCaptureMode as M;
+        match self {
+            CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
+        }
+    }
+}
+
+/// A capture in progress on a stream. [`end`](Capture::end) returns the graph; dropping the
+/// guard instead (an early `?`, a panic) ends the capture and discards the graph, so the stream
+/// is never left capturing.
+pub struct Capture<'s, S: AsStream> {
+    stream: &'s S,
+    id: u64,
+    allocations: RefCell<Vec<GraphAllocation>>,
+    frees: RefCell<Vec<GraphAllocation>>,
+    /// Uses of graph allocations by captured launches: (node, allocations).
+    uses: RefCell<Vec<(sys::CUgraphNode, Vec<GraphAllocation>)>>,
+    /// Events of forks and joins, alive until the capture ends.
+    events: RefCell<Vec<Event>>,
+    ended: bool,
+}
+
+impl<S: AsStream> std::fmt::Debug for Capture<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capture").field("graph", &self.id).finish()
+    }
+}
+
+impl<'s, S: AsStream> Capture<'s, S> {
+    /// Begins capturing `stream` (`cuStreamBeginCapture`).
+    pub fn begin(stream: &'s S, mode: CaptureMode) -> Result<Capture<'s, S>> {
+        stream.device().bind()?;
+        check(
+            // SAFETY: the stream is live.
+            unsafe { sys::cuStreamBeginCapture(stream.as_raw_stream(), mode.raw()) },
+            "cuStreamBeginCapture",
+        )?;
+        Ok(Capture {
+            stream,
+            id: next_graph_id(),
+            allocations: RefCell::new(Vec::new()),
+            frees: RefCell::new(Vec::new()),
+            uses: RefCell::new(Vec::new()),
+            events: RefCell::new(Vec::new()),
+            ended: false,
+        })
+    }
+
+    /// The stream being captured.
+    pub fn stream(&self) -> &'s S {
+        self.stream
+    }
+
+    /// The capture status (`cuStreamIsCapturing`): `Invalidated` after an illegal call.
+    pub fn status(&self) -> Result<CaptureStatus> {
+        self.stream.capture_status()
+    }
+
+    fn device(&self) -> &Device {
+        self.stream.device()
+    }
+
+    /// `cuMemAllocAsync` on the capturing stream: becomes an alloc node of the captured graph and
+    /// returns its allocation, usable by later captured work.
+    pub fn malloc_async(&self, bytes: usize) -> Result<GraphAllocation> {
+        self.allocate("cuMemAllocAsync", bytes, |ptr| {
+            // SAFETY: out-pointer valid; the stream is capturing.
+            unsafe { sys::cuMemAllocAsync(ptr, bytes, self.stream.as_raw_stream()) }
+        })
+    }
+
+    /// `cuMemAllocFromPoolAsync`: as [`malloc_async`](Capture::malloc_async), from `pool`, whose
+    /// peer access at this moment is what the alloc node records (G.7.2).
+    pub fn malloc_from_pool_async(&self, pool: &MemPool, bytes: usize) -> Result<GraphAllocation> {
+        self.allocate("cuMemAllocFromPoolAsync", bytes, |ptr| {
+            // SAFETY: out-pointer valid; the pool and the stream are live.
+            unsafe {
+                sys::cuMemAllocFromPoolAsync(ptr, bytes, pool.as_raw(), self.stream.as_raw_stream())
+            }
+        })
+    }
+
+    fn allocate(
+        &self,
+        call: &'static str,
+        bytes: usize,
+        f: impl FnOnce(*mut sys::CUdeviceptr) -> sys::CUresult,
+    ) -> Result<GraphAllocation> {
+        if bytes == 0 {
+            return Err(Error::invalid(call, "an allocation of 0 bytes"));
+        }
+        let mut ptr = 0;
+        check(f(&mut ptr), call)?;
+        let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
+        self.allocations.borrow_mut().push(allocation.clone());
+        Ok(allocation)
+    }
+
+    /// `cuMemFreeAsync` on the capturing stream: becomes a free node, ordered after the captured
+    /// work before it. `allocation` may come from this capture or from another graph (G.3.3).
+    pub fn free_async(&self, allocation: &GraphAllocation) -> Result<()> {
+        check(
+            // SAFETY: the stream is capturing; the driver validates the address.
+            unsafe { sys::cuMemFreeAsync(allocation.ptr(), self.stream.as_raw_stream()) },
+            "cuMemFreeAsync",
+        )?;
+        self.frees.borrow_mut().push(allocation.clone());
+        Ok(())
+    }
+
+    /// Launches a kernel into the capture (`cuLaunchKernel`), recording which graph allocations
+    /// the captured node uses.
+    ///
+    /// # Safety
+    ///
+    /// As [`Function::launch`].
+    pub unsafe fn launch(
+        &self,
+        function: &Function,
+        config: LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
+        // SAFETY: the caller upholds the launch contract.
+        unsafe { self.launch_on(self.stream, function, config, args) }
+    }
+
+    /// Launches a kernel on `stream`, another stream that joined the capture through
+    /// [`fork`](Capture::fork).
+    ///
+    /// # Safety
+    ///
+    /// As [`Function::launch`].
+    pub unsafe fn launch_on(
+        &self,
+        stream: &impl AsStream,
+        function: &Function,
+        config: LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
+        // SAFETY: the caller upholds the launch contract.
+        unsafe { function.launch(stream, config, args) }?;
+        if !args.uses().is_empty() {
+            if let Some(node) = last_captured_node(stream)? {
+                self.uses.borrow_mut().push((node, args.uses().to_vec()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Forks `other` from the capturing stream: records an event here and makes `other` wait on
+    /// it, so `other` joins the capture (G.3.2). Join it back with [`join`](Capture::join).
+    pub fn fork(&self, other: &impl AsStream) -> Result<()> {
+        let event = Event::with_flags(self.device(), EventFlags::DISABLE_TIMING)?;
+        event.record(self.stream)?;
+        other.wait_event(&event)?;
+        self.events.borrow_mut().push(event);
+        Ok(())
+    }
+
+    /// Joins `other` back: the capturing stream waits for an event recorded on `other`.
+    pub fn join(&self, other: &impl AsStream) -> Result<()> {
+        let event = Event::with_flags(self.device(), EventFlags::DISABLE_TIMING)?;
+        event.record(other)?;
+        self.stream.wait_event(&event)?;
+        self.events.borrow_mut().push(event);
+        Ok(())
+    }
+
+    /// Ends the capture (`cuStreamEndCapture`) and returns the graph with its record.
+    pub fn end(mut self) -> Result<Graph> {
+        self.ended = true;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (begun by this guard); `raw` is a valid out-pointer.
+        let status = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
+        if status != sys::CUresult::CUDA_SUCCESS {
+            if !raw.is_null() {
+                // SAFETY: a graph returned despite the error is ours to destroy.
+                let _ = unsafe { sys::cuGraphDestroy(raw) };
+            }
+            check(status, "cuStreamEndCapture")?;
+        }
+        let uses = self.uses.take();
+        // SAFETY: `raw` is the captured graph, owned by nobody else.
+        unsafe {
+            read_graph(
+                raw,
+                self.stream.device(),
+                self.id,
+                &self.allocations.borrow(),
+                &self.frees.borrow(),
+                &uses,
+            )
+        }
+    }
+}
+
+impl<S: AsStream> Drop for Capture<'_, S> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: ends the capture this guard began; the graph, if any, is discarded.
+        let _ = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
+        if !raw.is_null() {
+            // SAFETY: the discarded graph is ours to destroy.
+            let _ = unsafe { sys::cuGraphDestroy(raw) };
+        }
+    }
+}
+
+/// Captures `f`'s work on `stream` into a graph. The capture ends whatever `f` does: returns an
+/// error, panics (the panic continues after the capture is ended), or succeeds.
+pub fn capture<S: AsStream, T>(
+    stream: &S,
+    mode: CaptureMode,
+    f: impl FnOnce(&Capture<'_, S>) -> Result<T>,
+) -> Result<(Graph, T)> {
+    let guard = Capture::begin(stream, mode)?;
+    let value = f(&guard)?;
+    Ok((guard.end()?, value))
+}
+
+/// The node the next captured operation on `stream` would depend on: the one just captured.
+fn last_captured_node(stream: &impl AsStream) -> Result<Option<sys::CUgraphNode>> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut deps: *const sys::CUgraphNode = std::ptr::null();
+    let mut count = 0;
+    check(
+        // SAFETY: out-pointers valid; the returned array is valid until the next capture call.
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                stream.as_raw_stream(),
+                &mut status,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut deps,
+                std::ptr::null_mut(),
+                &mut count,
+            )
+        },
+        "cuStreamGetCaptureInfo",
+    )?;
+    // SAFETY: `count` entries are readable when `count` > 0.
+    Ok((count == 1 && !deps.is_null()).then(|| unsafe { *deps }))
+}
+
+/// Builds a [`Graph`] around a raw graph by reading its nodes and edges: memory nodes become
+/// `MemOp`s (matched to `allocations` and `frees` by address, or new allocations when made by
+/// other code), and `uses` are attached to their nodes.
+///
+/// # Safety
+///
+/// `raw` is a live graph for `device`, owned by nobody else.
+pub(crate) unsafe fn read_graph(
+    raw: sys::CUgraph,
+    device: &Device,
+    id: u64,
+    allocations: &[GraphAllocation],
+    frees: &[GraphAllocation],
+    uses: &[(sys::CUgraphNode, Vec<GraphAllocation>)],
+) -> Result<Graph> {
+    let mut graph = Graph::wrap(raw, device, id);
+    let mut count = 0;
+    check(
+        // SAFETY: a null array asks for the count.
+        unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) },
+        "cuGraphGetNodes",
+    )?;
+    let mut nodes = vec![std::ptr::null_mut(); count];
+    check(
+        // SAFETY: the array holds `count` entries.
+        unsafe { sys::cuGraphGetNodes(raw, nodes.as_mut_ptr(), &mut count) },
+        "cuGraphGetNodes",
+    )?;
+    nodes.truncate(count);
+    let mut edges = 0;
+    check(
+        // SAFETY: null arrays ask for the count.
+        unsafe {
+            sys::cuGraphGetEdges_v2(
+                raw,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut edges,
+            )
+        },
+        "cuGraphGetEdges",
+    )?;
+    let mut from = vec![std::ptr::null_mut(); edges];
+    let mut to = vec![std::ptr::null_mut(); edges];
+    check(
+        // SAFETY: both arrays hold `edges` entries; edge data is not asked for.
+        unsafe {
+            sys::cuGraphGetEdges_v2(
+                raw,
+                from.as_mut_ptr(),
+                to.as_mut_ptr(),
+                std::ptr::null_mut(),
+                &mut edges,
+            )
+        },
+        "cuGraphGetEdges",
+    )?;
+    let position = |node: sys::CUgraphNode| nodes.iter().position(|&n| n == node);
+    for &node in &nodes {
+        let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        check(
+            // SAFETY: the node belongs to the graph.
+            unsafe { sys::cuGraphNodeGetType(node, &mut kind_raw) },
+            "cuGraphNodeGetType",
+        )?;
+        use sys::CUgraphNodeType as T;
+        let kind = match kind_raw {
+            T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel("captured".into()),
+            T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeKind::MemAlloc,
+            T::CU_GRAPH_NODE_TYPE_MEM_FREE => NodeKind::MemFree,
+            T::CU_GRAPH_NODE_TYPE_MEMSET => NodeKind::Memset,
+            T::CU_GRAPH_NODE_TYPE_MEMCPY => NodeKind::Memcpy,
+            T::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
+            T::CU_GRAPH_NODE_TYPE_HOST => NodeKind::Host,
+            T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeKind::EventRecord,
+            T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeKind::EventWait,
+            T::CU_GRAPH_NODE_TYPE_GRAPH => NodeKind::ChildGraph,
+            other => NodeKind::Other(other.0),
+        };
+        let mut mem = Vec::new();
+        match kind {
+            NodeKind::MemAlloc => {
+                let mut params = sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
+                check(
+                    // SAFETY: the node is an alloc node; `params` is a valid out-pointer.
+                    unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut params) },
+                    "cuGraphMemAllocNodeGetParams",
+                )?;
+                let allocation = allocations
+                    .iter()
+                    .find(|a| a.ptr() == params.dptr)
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        GraphAllocation::new(params.dptr, params.bytesize, device, id, None)
+                    });
+                mem.push(MemOp::Alloc(allocation));
+            }
+            NodeKind::MemFree => {
+                let mut ptr = 0;
+                check(
+                    // SAFETY: the node is a free node; `ptr` is a valid out-pointer.
+                    unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
+                    "cuGraphMemFreeNodeGetParams",
+                )?;
+                let freed = frees
+                    .iter()
+                    .chain(allocations)
+                    .find(|a| a.ptr() == ptr)
+                    .cloned();
+                let known = graph
+                    .nodes
+                    .iter()
+                    .flat_map(|n| &n.mem)
+                    .find_map(|op| match op {
+                        MemOp::Alloc(a) if a.ptr() == ptr => Some(a.clone()),
+                        _ => None,
+                    });
+                if let Some(allocation) = freed.or(known) {
+                    allocation.register_free(id, true);
+                    mem.push(MemOp::Free(allocation));
+                }
+            }
+            _ => {}
+        }
+        let node_uses = uses
+            .iter()
+            .filter(|(n, _)| *n == node)
+            .flat_map(|(_, u)| u.iter().cloned())
+            .collect();
+        graph.nodes.push(crate::graph::NodeRecord {
+            raw: node,
+            kind,
+            label: None,
+            deps: Vec::new(),
+            uses: node_uses,
+            mem,
+            records: None,
+            waits: None,
+        });
+    }
+    for (f, t) in from.iter().zip(&to) {
+        if let (Some(f), Some(t)) = (position(*f), position(*t)) {
+            graph.nodes[t].deps.push(f as u32);
+        }
+    }
+    Ok(graph)
+}

@@ -1,0 +1,233 @@
+//! Devices and their primary contexts.
+
+use std::ffi::CStr;
+use std::sync::{Arc, OnceLock};
+
+use crate::error::{Error, Result, check};
+use crate::sys;
+
+/// Initialises the driver (`cuInit`) once per process; later calls return the first result.
+pub fn init() -> Result<()> {
+    static INIT: OnceLock<Result<()>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // SAFETY: cuInit takes flags by value; 0 is the only valid value.
+        check(unsafe { sys::cuInit(0) }, "cuInit")
+    })
+    .clone()
+}
+
+/// The number of CUDA devices (`cuDeviceGetCount`), after [`init`].
+pub fn device_count() -> Result<usize> {
+    init()?;
+    let mut count = 0;
+    check(
+        // SAFETY: `count` is a valid out-pointer.
+        unsafe { sys::cuDeviceGetCount(&mut count) },
+        "cuDeviceGetCount",
+    )?;
+    Ok(count as usize)
+}
+
+/// A device with its primary context retained: the context the runtime API uses too, so handles
+/// made here and by runtime-API code on the same device interoperate.
+///
+/// Cheap to clone (one reference count). Every handle of this crate keeps its `Device`, so the
+/// context outlives them all.
+#[derive(Clone, Debug)]
+pub struct Device {
+    inner: Arc<PrimaryContext>,
+}
+
+#[derive(Debug)]
+struct PrimaryContext {
+    ordinal: usize,
+    device: sys::CUdevice,
+    context: sys::CUcontext,
+    /// A private stream on which RAII frees of escaped graph allocations are queued.
+    reaper: OnceLock<Result<sys::CUstream>>,
+}
+
+// SAFETY: a CUcontext and a CUdevice are process-wide handles that the driver lets any thread use;
+// the reaper stream is created once (OnceLock) and then only read.
+unsafe impl Send for PrimaryContext {}
+// SAFETY: as above; no method mutates the handles.
+unsafe impl Sync for PrimaryContext {}
+
+impl Drop for PrimaryContext {
+    fn drop(&mut self) {
+        if let Some(Ok(stream)) = self.reaper.get() {
+            // SAFETY: the reaper stream was created in this context and is destroyed once, here.
+            let _ = unsafe { sys::cuStreamDestroy(*stream) };
+        }
+        // SAFETY: retained in `Device::get`; released exactly once.
+        let _ = unsafe { sys::cuDevicePrimaryCtxRelease(self.device) };
+    }
+}
+
+impl Device {
+    /// The device with this ordinal, its primary context retained.
+    pub fn get(ordinal: usize) -> Result<Device> {
+        init()?;
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::invalid(
+                "Device::get",
+                format!("device ordinal {ordinal} does not exist ({count} device(s))"),
+            ));
+        }
+        let mut device = 0;
+        check(
+            // SAFETY: `device` is a valid out-pointer; the ordinal was checked above.
+            unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) },
+            "cuDeviceGet",
+        )?;
+        let mut context = std::ptr::null_mut();
+        check(
+            // SAFETY: `context` is a valid out-pointer; `device` came from cuDeviceGet.
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) },
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        Ok(Device {
+            inner: Arc::new(PrimaryContext {
+                ordinal,
+                device,
+                context,
+                reaper: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// The driver's device handle.
+    pub fn as_raw(&self) -> sys::CUdevice {
+        self.inner.device
+    }
+
+    /// The primary context's handle.
+    pub fn context_raw(&self) -> sys::CUcontext {
+        self.inner.context
+    }
+
+    /// Makes the primary context current on the calling thread, unless it already is.
+    #[inline]
+    pub fn bind(&self) -> Result<()> {
+        let mut current = std::ptr::null_mut();
+        check(
+            // SAFETY: `current` is a valid out-pointer.
+            unsafe { sys::cuCtxGetCurrent(&mut current) },
+            "cuCtxGetCurrent",
+        )?;
+        if current != self.inner.context {
+            check(
+                // SAFETY: the context is retained for as long as `self` lives.
+                unsafe { sys::cuCtxSetCurrent(self.inner.context) },
+                "cuCtxSetCurrent",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The device's name (`cuDeviceGetName`).
+    pub fn name(&self) -> Result<String> {
+        let mut buffer = [0 as std::ffi::c_char; 256];
+        check(
+            // SAFETY: the buffer holds `len` bytes.
+            unsafe {
+                sys::cuDeviceGetName(buffer.as_mut_ptr(), buffer.len() as i32, self.as_raw())
+            },
+            "cuDeviceGetName",
+        )?;
+        // SAFETY: the driver wrote a NUL-terminated string into the buffer.
+        Ok(unsafe { CStr::from_ptr(buffer.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    /// Total memory of the device in bytes (`cuDeviceTotalMem`).
+    pub fn total_memory(&self) -> Result<usize> {
+        let mut bytes = 0;
+        check(
+            // SAFETY: `bytes` is a valid out-pointer.
+            unsafe { sys::cuDeviceTotalMem(&mut bytes, self.as_raw()) },
+            "cuDeviceTotalMem",
+        )?;
+        Ok(bytes)
+    }
+
+    /// A device attribute (`cuDeviceGetAttribute`).
+    pub fn attribute(&self, attribute: sys::CUdevice_attribute) -> Result<i32> {
+        let mut value = 0;
+        check(
+            // SAFETY: `value` is a valid out-pointer; an unknown attribute is an error code.
+            unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, self.as_raw()) },
+            "cuDeviceGetAttribute",
+        )?;
+        Ok(value)
+    }
+
+    /// Whether the device supports stream-ordered allocation and memory pools, which graph
+    /// memory nodes need.
+    pub fn supports_memory_pools(&self) -> Result<bool> {
+        Ok(
+            self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?
+                != 0,
+        )
+    }
+
+    /// The compute capability, as (major, minor).
+    pub fn compute_capability(&self) -> Result<(i32, i32)> {
+        Ok((
+            self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ))
+    }
+
+    /// Whether this device can map memory resident on `peer` (`cuDeviceCanAccessPeer`).
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        let mut can = 0;
+        check(
+            // SAFETY: `can` is a valid out-pointer; both devices are valid.
+            unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.as_raw(), peer.as_raw()) },
+            "cuDeviceCanAccessPeer",
+        )?;
+        Ok(can != 0)
+    }
+
+    /// Waits for all work in the primary context (`cuCtxSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the context is current.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+    }
+
+    /// Whether two handles name the same device.
+    pub fn same(&self, other: &Device) -> bool {
+        self.inner.device == other.inner.device
+    }
+
+    /// The private, non-blocking stream that orders RAII frees of escaped graph allocations.
+    pub(crate) fn reaper_stream(&self) -> Result<sys::CUstream> {
+        self.inner
+            .reaper
+            .get_or_init(|| {
+                self.bind()?;
+                let mut stream = std::ptr::null_mut();
+                check(
+                    // SAFETY: `stream` is a valid out-pointer; the context is current.
+                    unsafe {
+                        sys::cuStreamCreate(
+                            &mut stream,
+                            sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0,
+                        )
+                    },
+                    "cuStreamCreate",
+                )?;
+                Ok(stream)
+            })
+            .clone()
+    }
+}

@@ -1,0 +1,97 @@
+//! Our own DOT rendering of a graph's record, marking each allocation's lifetime: its alloc
+//! node, the nodes that use it, and its free node share a colour, and dashed edges trace
+//! alloc → users → free. (The driver's own DOT is [`Graph::debug_dot_print`].)
+
+use std::fmt::Write;
+
+use crate::alloc::GraphAllocation;
+use crate::graph::{Graph, MemOp};
+
+const COLOURS: [&str; 8] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+];
+
+impl Graph {
+    /// The graph as DOT text, with allocation lifetimes marked. Render with
+    /// `dot -Tsvg graph.dot -o graph.svg`.
+    pub fn to_dot(&self) -> String {
+        let mut allocations: Vec<GraphAllocation> = Vec::new();
+        let index_of = |a: &GraphAllocation, list: &mut Vec<GraphAllocation>| {
+            list.iter().position(|b| b.same(a)).unwrap_or_else(|| {
+                list.push(a.clone());
+                list.len() - 1
+            })
+        };
+        let mut out = String::from(
+            "digraph cuda_graph {\n  rankdir=TB;\n  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\"];\n",
+        );
+        let mut lifetimes: Vec<(Option<usize>, Vec<usize>, Option<usize>)> = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let mut lines = vec![match &node.label {
+                Some(label) => format!("{label}: {}", node.kind),
+                None => format!("#{i} {}", node.kind),
+            }];
+            let mut colour = None;
+            for op in &node.mem {
+                let (verb, a) = match op {
+                    MemOp::Alloc(a) => ("alloc", a),
+                    MemOp::Free(a) => ("free", a),
+                };
+                let k = index_of(a, &mut allocations);
+                lifetimes.resize(allocations.len(), (None, Vec::new(), None));
+                match op {
+                    MemOp::Alloc(_) => lifetimes[k].0 = Some(i),
+                    MemOp::Free(_) => lifetimes[k].2 = Some(i),
+                }
+                lines.push(format!("{verb} A{k}"));
+                colour.get_or_insert(COLOURS[k % COLOURS.len()]);
+            }
+            if !node.uses.is_empty() {
+                let mut names = Vec::new();
+                for a in &node.uses {
+                    let k = index_of(a, &mut allocations);
+                    lifetimes.resize(allocations.len(), (None, Vec::new(), None));
+                    lifetimes[k].1.push(i);
+                    names.push(format!("A{k}"));
+                    colour.get_or_insert(COLOURS[k % COLOURS.len()]);
+                }
+                lines.push(format!("uses {}", names.join(", ")));
+            }
+            let _ = writeln!(
+                out,
+                "  n{i} [label=\"{}\", color=\"{}\", penwidth={}];",
+                escape(&lines.join("\\n")),
+                colour.unwrap_or("black"),
+                if colour.is_some() { 2 } else { 1 }
+            );
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            for d in &node.deps {
+                let _ = writeln!(out, "  n{d} -> n{i};");
+            }
+        }
+        for (k, (alloc, users, free)) in lifetimes.iter().enumerate() {
+            let colour = COLOURS[k % COLOURS.len()];
+            let mut chain: Vec<usize> = alloc.iter().copied().collect();
+            chain.extend(users);
+            chain.extend(free);
+            for pair in chain.windows(2) {
+                let _ = writeln!(
+                    out,
+                    "  n{} -> n{} [style=dashed, color=\"{colour}\", constraint=false, arrowhead=none];",
+                    pair[0], pair[1]
+                );
+            }
+        }
+        out.push_str("  legend [shape=note, fillcolor=\"#f8f8f8\", label=\"");
+        for (k, a) in allocations.iter().enumerate() {
+            let _ = write!(out, "A{k}: {}\\l", escape(&a.to_string()));
+        }
+        out.push_str("\"];\n}\n");
+        out
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('"', "\\\"")
+}

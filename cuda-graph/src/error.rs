@@ -1,0 +1,162 @@
+//! The error type of the safe layer: CUDA's code with its name and text, and what we were doing;
+//! our own checks of graph-allocation lifetimes are variants of it too.
+
+use std::ffi::CStr;
+use std::fmt;
+
+use crate::sys;
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything the safe layer can fail with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A driver call returned an error code.
+    Driver(DriverError),
+    /// A graph breaks a rule of graph-allocation lifetimes (see [`crate::check`]).
+    Lifetime(crate::check::LifetimeError),
+    /// Relaunching an executable graph that still owns allocations it did not free, instantiated
+    /// without AutoFreeOnLaunch: CUDA would refuse, and the memory would leak.
+    UnfreedOnRelaunch {
+        /// The allocations still live from the previous launch, as their labels or addresses.
+        allocations: Vec<String>,
+    },
+    /// An argument the safe layer rejects before calling CUDA.
+    InvalidArgument {
+        /// The operation.
+        call: &'static str,
+        /// What is wrong with the argument.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// The CUDA code when this is a driver error.
+    pub fn code(&self) -> Option<sys::CUresult> {
+        match self {
+            Error::Driver(e) => Some(e.code),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            call,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Driver(e) => e.fmt(f),
+            Error::Lifetime(e) => e.fmt(f),
+            Error::UnfreedOnRelaunch { allocations } => write!(
+                f,
+                "cannot relaunch: the previous launch's allocation{} {} {} not been freed; free {} (free_async, or a free node in another graph) or instantiate with InstantiateFlags::AUTO_FREE_ON_LAUNCH",
+                if allocations.len() == 1 { "" } else { "s" },
+                allocations.join(", "),
+                if allocations.len() == 1 {
+                    "has"
+                } else {
+                    "have"
+                },
+                if allocations.len() == 1 { "it" } else { "them" },
+            ),
+            Error::InvalidArgument { call, reason } => write!(f, "{call}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Driver(e) => e.load.as_ref().map(|l| l as _),
+            _ => None,
+        }
+    }
+}
+
+impl From<DriverError> for Error {
+    fn from(e: DriverError) -> Self {
+        Error::Driver(e)
+    }
+}
+
+/// A driver call that failed: which call, CUDA's code, its name and text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverError {
+    /// The driver function (`"cuGraphInstantiateWithFlags"`).
+    pub call: &'static str,
+    /// The code it returned.
+    pub code: sys::CUresult,
+    /// Why the driver could not be reached, when that is the cause.
+    pub load: Option<sys::loader::LoadError>,
+}
+
+impl DriverError {
+    /// The code's C name (`"CUDA_ERROR_INVALID_VALUE"`), or `"CUDA_ERROR_<n>"` for one the
+    /// headers do not know.
+    pub fn name(&self) -> String {
+        self.code
+            .name()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("CUDA_ERROR_{}", self.code.0))
+    }
+
+    /// The driver's description of the code (`"invalid argument"`), when the driver can say.
+    pub fn text(&self) -> Option<String> {
+        let mut text = std::ptr::null();
+        // SAFETY: `text` is a valid out-pointer; the driver stores a static string or nothing.
+        let status = unsafe { sys::cuGetErrorString(self.code, &mut text) };
+        if status != sys::CUresult::CUDA_SUCCESS || text.is_null() {
+            return None;
+        }
+        Some(
+            // SAFETY: on success the driver returned a NUL-terminated static string.
+            unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {}", self.call, self.name())?;
+        if let Some(load) = &self.load {
+            write!(f, ": {load}")
+        } else if let Some(text) = self.text() {
+            write!(f, ": {text}")
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+/// Turns a driver status into a `Result`, naming the call.
+#[inline]
+pub(crate) fn check(code: sys::CUresult, call: &'static str) -> Result<()> {
+    if code == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(failure(code, call))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn failure(code: sys::CUresult, call: &'static str) -> Error {
+    let load = matches!(
+        code,
+        sys::CUresult::CUDA_ERROR_NO_DEVICE | sys::CUresult::CUDA_ERROR_NOT_FOUND
+    )
+    .then(sys::loader::driver_load_error)
+    .flatten();
+    Error::Driver(DriverError { call, code, load })
+}

@@ -1,0 +1,154 @@
+//! Events: record, wait, synchronize, time.
+
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::error::{Result, check};
+use crate::stream::AsStream;
+use crate::sys;
+
+/// Event creation flags (`CU_EVENT_*`), a bit-set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EventFlags(u32);
+
+impl EventFlags {
+    /// `CU_EVENT_DEFAULT`: records timing, spins on synchronize.
+    pub const DEFAULT: EventFlags = EventFlags(0);
+    /// `CU_EVENT_BLOCKING_SYNC`: synchronize blocks the thread instead of spinning.
+    pub const BLOCKING_SYNC: EventFlags = EventFlags(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC.0);
+    /// `CU_EVENT_DISABLE_TIMING`: no timestamps; cheapest for ordering.
+    pub const DISABLE_TIMING: EventFlags =
+        EventFlags(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0);
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for EventFlags {
+    type Output = EventFlags;
+    fn bitor(self, rhs: EventFlags) -> EventFlags {
+        EventFlags(self.0 | rhs.0)
+    }
+}
+
+/// An owned event, destroyed when the last clone drops (graphs with event nodes keep a clone).
+#[derive(Debug, Clone)]
+pub struct Event {
+    inner: Arc<EventInner>,
+}
+
+#[derive(Debug)]
+struct EventInner {
+    raw: sys::CUevent,
+    device: Device,
+}
+
+// SAFETY: the driver lets any thread record, wait on, query or destroy an event.
+unsafe impl Send for EventInner {}
+// SAFETY: all methods take `&self` and are thread-safe driver calls.
+unsafe impl Sync for EventInner {}
+
+impl Event {
+    /// A new event with default flags (timing enabled).
+    pub fn new(device: &Device) -> Result<Event> {
+        Event::with_flags(device, EventFlags::DEFAULT)
+    }
+
+    /// A new event with flags.
+    pub fn with_flags(device: &Device, flags: EventFlags) -> Result<Event> {
+        device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: `raw` is a valid out-pointer; the context is current.
+            unsafe { sys::cuEventCreate(&mut raw, flags.bits()) },
+            "cuEventCreate",
+        )?;
+        Ok(Event {
+            inner: Arc::new(EventInner {
+                raw,
+                device: device.clone(),
+            }),
+        })
+    }
+
+    /// Records the event on `stream` (`cuEventRecord`).
+    pub fn record(&self, stream: &impl AsStream) -> Result<()> {
+        check(
+            // SAFETY: both handles are live.
+            unsafe { sys::cuEventRecord(self.inner.raw, stream.as_raw_stream()) },
+            "cuEventRecord",
+        )
+    }
+
+    /// Waits on the host for the recorded work (`cuEventSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        check(
+            // SAFETY: the event is live.
+            unsafe { sys::cuEventSynchronize(self.inner.raw) },
+            "cuEventSynchronize",
+        )
+    }
+
+    /// Whether the recorded work is done (`cuEventQuery`).
+    pub fn is_complete(&self) -> Result<bool> {
+        // SAFETY: the event is live.
+        match unsafe { sys::cuEventQuery(self.inner.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            code => check(code, "cuEventQuery").map(|_| false),
+        }
+    }
+
+    /// Milliseconds between `start` and this event (`cuEventElapsedTime`); both recorded, with
+    /// timing enabled.
+    pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
+        let mut ms = 0.0;
+        check(
+            // SAFETY: `ms` is a valid out-pointer; both events are live.
+            unsafe { sys::cuEventElapsedTime(&mut ms, start.inner.raw, self.inner.raw) },
+            "cuEventElapsedTime",
+        )?;
+        Ok(ms)
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// The raw handle.
+    pub fn as_raw(&self) -> sys::CUevent {
+        self.inner.raw
+    }
+
+    /// Takes ownership of a raw event.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live event of `device`'s primary context that nothing else destroys.
+    pub unsafe fn from_raw(raw: sys::CUevent, device: &Device) -> Event {
+        Event {
+            inner: Arc::new(EventInner {
+                raw,
+                device: device.clone(),
+            }),
+        }
+    }
+
+    /// Gives up ownership, if this is the only clone: the caller destroys the event.
+    pub fn into_raw(self) -> Result<sys::CUevent, Event> {
+        let inner = Arc::try_unwrap(self.inner).map_err(|inner| Event { inner })?;
+        let raw = inner.raw;
+        std::mem::forget(inner);
+        Ok(raw)
+    }
+}
+
+impl Drop for EventInner {
+    fn drop(&mut self) {
+        // SAFETY: owned and destroyed once, when the last clone drops.
+        let _ = unsafe { sys::cuEventDestroy(self.raw) };
+    }
+}

@@ -1,0 +1,741 @@
+//! Explicit graphs: the builder, its nodes, and its own record of nodes, edges and allocation
+//! uses (which the lifetime checks of [`crate::check`] read, without a GPU).
+
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::alloc::{AllocParams, GraphAllocation};
+use crate::device::Device;
+use crate::error::{Error, Result, check};
+use crate::event::Event;
+use crate::memory::DeviceAddress;
+use crate::module::{Function, KernelArgs, LaunchConfig};
+use crate::sys;
+
+static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn next_graph_id() -> u64 {
+    NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A node of a [`Graph`]: the graph's id and the node's position in it. Copy; only valid with
+/// the graph that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Node {
+    pub(crate) graph: u64,
+    pub(crate) index: u32,
+}
+
+impl Node {
+    /// The node's position in its graph (0 for the first node added).
+    pub fn index(self) -> usize {
+        self.index as usize
+    }
+}
+
+/// What a node does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeKind {
+    /// A kernel, by name.
+    Kernel(Arc<str>),
+    /// An allocation (`cuGraphAddMemAllocNode`).
+    MemAlloc,
+    /// A free (`cuGraphAddMemFreeNode`).
+    MemFree,
+    /// A memset.
+    Memset,
+    /// A memcpy.
+    Memcpy,
+    /// An empty node, for dependencies only.
+    Empty,
+    /// A host function.
+    Host,
+    /// An event record.
+    EventRecord,
+    /// An event wait.
+    EventWait,
+    /// A child graph.
+    ChildGraph,
+    /// A node type of the driver that the builder does not make (seen in captured graphs).
+    Other(u32),
+}
+
+impl fmt::Display for NodeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeKind::Kernel(name) => write!(f, "kernel {name}"),
+            NodeKind::MemAlloc => f.write_str("alloc node"),
+            NodeKind::MemFree => f.write_str("free node"),
+            NodeKind::Memset => f.write_str("memset node"),
+            NodeKind::Memcpy => f.write_str("memcpy node"),
+            NodeKind::Empty => f.write_str("empty node"),
+            NodeKind::Host => f.write_str("host node"),
+            NodeKind::EventRecord => f.write_str("event record node"),
+            NodeKind::EventWait => f.write_str("event wait node"),
+            NodeKind::ChildGraph => f.write_str("child graph node"),
+            NodeKind::Other(t) => write!(f, "node of type {t}"),
+        }
+    }
+}
+
+/// What a node does to graph allocations.
+#[derive(Clone, Debug)]
+pub enum MemOp {
+    /// Allocates it (an alloc node, or a moved child graph that contains one).
+    Alloc(GraphAllocation),
+    /// Frees it.
+    Free(GraphAllocation),
+}
+
+/// The builder's record of one node.
+#[derive(Clone, Debug)]
+pub struct NodeRecord {
+    pub(crate) raw: sys::CUgraphNode,
+    /// What the node does.
+    pub kind: NodeKind,
+    /// The user's name for it, if any.
+    pub label: Option<String>,
+    /// Positions of the nodes it depends on.
+    pub deps: Vec<u32>,
+    /// Graph allocations it reads or writes (kernel arguments, memset/memcpy operands).
+    pub uses: Vec<GraphAllocation>,
+    /// Allocations it allocates or frees.
+    pub mem: Vec<MemOp>,
+    /// Events the node records (event record nodes).
+    pub records: Option<Event>,
+    /// Events the node waits for (event wait nodes).
+    pub waits: Option<Event>,
+}
+
+/// Things an executable graph must keep alive: events of event nodes, host functions, the
+/// handles of moved child graphs.
+pub(crate) type Keep = Arc<dyn std::any::Any + Send + Sync>;
+
+/// A CUDA graph under construction, with its record. Dropping it destroys the graph
+/// (`cuGraphDestroy`); executable graphs made from it are independent of it.
+pub struct Graph {
+    pub(crate) raw: sys::CUgraph,
+    pub(crate) device: Device,
+    pub(crate) id: u64,
+    pub(crate) nodes: Vec<NodeRecord>,
+    pub(crate) keep: Vec<Keep>,
+    /// Set while an executable graph made from this graph exists (graphs with memory nodes
+    /// allow only one).
+    pub(crate) instantiated: Arc<AtomicBool>,
+    /// Whether this value destroys `raw` on drop (false once moved into a parent).
+    owns_raw: bool,
+}
+
+// SAFETY: a CUgraph may be used from any thread as long as calls are not concurrent; `Graph`
+// is not `Sync` and every mutation takes `&mut self`.
+unsafe impl Send for Graph {}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Graph")
+            .field("id", &self.id)
+            .field("nodes", &self.nodes.len())
+            .field("device", &self.device.ordinal())
+            .finish()
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        for op in self.nodes.iter().flat_map(|n| &n.mem) {
+            if let MemOp::Free(allocation) = op {
+                allocation.register_free(self.id, false);
+            }
+        }
+        if self.owns_raw {
+            // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
+            let _ = unsafe { sys::cuGraphDestroy(self.raw) };
+        }
+    }
+}
+
+impl Graph {
+    /// An empty graph whose nodes run on `device` (`cuGraphCreate`).
+    pub fn new(device: &Device) -> Result<Graph> {
+        device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; flags must be 0.
+        check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "cuGraphCreate")?;
+        Ok(Graph::wrap(raw, device, next_graph_id()))
+    }
+
+    pub(crate) fn wrap(raw: sys::CUgraph, device: &Device, id: u64) -> Graph {
+        Graph {
+            raw,
+            device: device.clone(),
+            id,
+            nodes: Vec::new(),
+            keep: Vec::new(),
+            instantiated: Arc::new(AtomicBool::new(false)),
+            owns_raw: true,
+        }
+    }
+
+    /// The raw handle.
+    pub fn as_raw(&self) -> sys::CUgraph {
+        self.raw
+    }
+
+    /// Takes ownership of a graph made elsewhere. Its existing nodes are read into the record as
+    /// far as the driver describes them (memory nodes become [`GraphAllocation`]s; kernel
+    /// arguments are not known, so the lifetime checks cannot see their uses).
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live graph for `device` that nothing else destroys or mutates from now on.
+    pub unsafe fn from_raw(raw: sys::CUgraph, device: &Device) -> Result<Graph> {
+        // SAFETY: the caller hands over a live graph of `device`.
+        unsafe { crate::capture::read_graph(raw, device, next_graph_id(), &[], &[], &[]) }
+    }
+
+    /// Gives up ownership: the caller destroys the graph.
+    pub fn into_raw(mut self) -> sys::CUgraph {
+        self.owns_raw = false;
+        self.raw
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// A process-unique number naming this graph ([`GraphAllocation::owner_graph`] refers to it).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The builder's record, one entry per node, in the order added.
+    pub fn nodes(&self) -> &[NodeRecord] {
+        &self.nodes
+    }
+
+    /// The record of `node`.
+    pub fn node(&self, node: Node) -> Result<&NodeRecord> {
+        self.index_of("Graph::node", node).map(|i| &self.nodes[i])
+    }
+
+    /// Names a node, for errors and DOT output.
+    pub fn set_label(&mut self, node: Node, label: impl Into<String>) -> Result<()> {
+        let i = self.index_of("Graph::set_label", node)?;
+        self.nodes[i].label = Some(label.into());
+        Ok(())
+    }
+
+    /// The allocations this graph's alloc nodes make.
+    pub fn allocations(&self) -> impl Iterator<Item = &GraphAllocation> {
+        self.nodes
+            .iter()
+            .flat_map(|n| &n.mem)
+            .filter_map(|op| match op {
+                MemOp::Alloc(a) => Some(a),
+                MemOp::Free(_) => None,
+            })
+    }
+
+    /// Whether the graph has alloc or free nodes (which forbid cloning, a second instantiation,
+    /// and deleting nodes or edges).
+    pub fn has_memory_nodes(&self) -> bool {
+        self.nodes.iter().any(|n| !n.mem.is_empty())
+    }
+
+    fn index_of(&self, call: &'static str, node: Node) -> Result<usize> {
+        if node.graph != self.id || node.index as usize >= self.nodes.len() {
+            return Err(Error::invalid(
+                call,
+                format!("node {} belongs to another graph", node.index),
+            ));
+        }
+        Ok(node.index as usize)
+    }
+
+    fn resolve(
+        &self,
+        call: &'static str,
+        deps: &[Node],
+    ) -> Result<(Vec<sys::CUgraphNode>, Vec<u32>)> {
+        let mut raw = Vec::with_capacity(deps.len());
+        let mut indices = Vec::with_capacity(deps.len());
+        for &dep in deps {
+            let i = self.index_of(call, dep)?;
+            if indices.contains(&(i as u32)) {
+                return Err(Error::invalid(
+                    call,
+                    format!("dependency on node {i} is listed twice"),
+                ));
+            }
+            raw.push(self.nodes[i].raw);
+            indices.push(i as u32);
+        }
+        Ok((raw, indices))
+    }
+
+    fn push(&mut self, raw: sys::CUgraphNode, kind: NodeKind, deps: Vec<u32>) -> Node {
+        let index = self.nodes.len() as u32;
+        self.nodes.push(NodeRecord {
+            raw,
+            kind,
+            label: None,
+            deps,
+            uses: Vec::new(),
+            mem: Vec::new(),
+            records: None,
+            waits: None,
+        });
+        Node {
+            graph: self.id,
+            index,
+        }
+    }
+
+    /// Adds an alloc node (`cuGraphAddMemAllocNode`, G.3.1) and returns it with the allocation,
+    /// whose address is fixed from now on.
+    pub fn add_mem_alloc_node(
+        &mut self,
+        deps: &[Node],
+        params: &AllocParams,
+    ) -> Result<(Node, GraphAllocation)> {
+        const CALL: &str = "cuGraphAddMemAllocNode";
+        if params.bytes == 0 {
+            return Err(Error::invalid(CALL, "an allocation of 0 bytes"));
+        }
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let descs = params.access_descs();
+        let mut node_params = sys::CUDA_MEM_ALLOC_NODE_PARAMS {
+            poolProps: params.pool_props(),
+            accessDescs: descs.as_ptr(),
+            accessDescCount: descs.len(),
+            bytesize: params.bytes,
+            dptr: 0,
+        };
+        let mut raw = std::ptr::null_mut();
+        self.device.bind()?;
+        check(
+            // SAFETY: out-pointers are valid; `raw_deps` and `descs` outlive the call.
+            unsafe {
+                sys::cuGraphAddMemAllocNode(
+                    &mut raw,
+                    self.raw,
+                    raw_deps.as_ptr(),
+                    raw_deps.len(),
+                    &mut node_params,
+                )
+            },
+            CALL,
+        )?;
+        let allocation = GraphAllocation::new(
+            node_params.dptr,
+            params.bytes,
+            &params.device,
+            self.id,
+            params.label.clone(),
+        );
+        let node = self.push(raw, NodeKind::MemAlloc, indices);
+        let record = &mut self.nodes[node.index()];
+        record.mem.push(MemOp::Alloc(allocation.clone()));
+        record.label.clone_from(&params.label);
+        Ok((node, allocation))
+    }
+
+    /// Adds a free node for `allocation` (`cuGraphAddMemFreeNode`): from this graph, or from
+    /// another graph whose allocation outlives its launch (G.3.3).
+    pub fn add_mem_free_node(
+        &mut self,
+        deps: &[Node],
+        allocation: &GraphAllocation,
+    ) -> Result<Node> {
+        const CALL: &str = "cuGraphAddMemFreeNode";
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer valid; `raw_deps` outlives the call; the driver validates the address.
+            unsafe {
+                sys::cuGraphAddMemFreeNode(
+                    &mut raw,
+                    self.raw,
+                    raw_deps.as_ptr(),
+                    raw_deps.len(),
+                    allocation.ptr(),
+                )
+            },
+            CALL,
+        )?;
+        let node = self.push(raw, NodeKind::MemFree, indices);
+        self.nodes[node.index()]
+            .mem
+            .push(MemOp::Free(allocation.clone()));
+        allocation.register_free(self.id, true);
+        Ok(node)
+    }
+
+    /// Adds a kernel node (`cuGraphAddKernelNode`). Graph allocations among `args` are recorded
+    /// as used by this node.
+    ///
+    /// # Safety
+    ///
+    /// As [`Function::launch`]: `args` matches the kernel's parameters, and every address is
+    /// valid for the kernel's accesses whenever the node runs (for graph allocations, the
+    /// lifetime checks verify the ordering).
+    pub unsafe fn add_kernel_node(
+        &mut self,
+        deps: &[Node],
+        function: &Function,
+        config: LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<Node> {
+        const CALL: &str = "cuGraphAddKernelNode";
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let mut raw = std::ptr::null_mut();
+        args.with_pointers(|params| {
+            let node_params = sys::CUDA_KERNEL_NODE_PARAMS {
+                func: function.as_raw(),
+                gridDimX: config.grid.0,
+                gridDimY: config.grid.1,
+                gridDimZ: config.grid.2,
+                blockDimX: config.block.0,
+                blockDimY: config.block.1,
+                blockDimZ: config.block.2,
+                sharedMemBytes: config.shared_mem_bytes,
+                kernelParams: params,
+                ..Default::default()
+            };
+            check(
+                // SAFETY: the driver copies the parameters (the pointed-to argument values) during
+                // the call; the caller vouches for their types.
+                unsafe {
+                    sys::cuGraphAddKernelNode(
+                        &mut raw,
+                        self.raw,
+                        raw_deps.as_ptr(),
+                        raw_deps.len(),
+                        &node_params,
+                    )
+                },
+                CALL,
+            )
+        })?;
+        let node = self.push(raw, NodeKind::Kernel(function.name().into()), indices);
+        self.nodes[node.index()].uses = args.uses().to_vec();
+        Ok(node)
+    }
+
+    /// Adds a memset node that writes `value` to `count` 32-bit words at the start of `target`.
+    pub fn add_memset_node(
+        &mut self,
+        deps: &[Node],
+        target: &impl DeviceAddress,
+        value: u32,
+        count: usize,
+    ) -> Result<Node> {
+        const CALL: &str = "cuGraphAddMemsetNode";
+        if count == 0 || count * 4 > target.byte_len() {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "{count} words do not fit a target of {} bytes",
+                    target.byte_len()
+                ),
+            ));
+        }
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let params = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: target.device_ptr(),
+            pitch: 0,
+            value,
+            elementSize: 4,
+            width: count,
+            height: 1,
+        };
+        let mut raw = std::ptr::null_mut();
+        self.device.bind()?;
+        check(
+            // SAFETY: out-pointer valid; the range was checked against the target's size.
+            unsafe {
+                sys::cuGraphAddMemsetNode(
+                    &mut raw,
+                    self.raw,
+                    raw_deps.as_ptr(),
+                    raw_deps.len(),
+                    &params,
+                    self.device.context_raw(),
+                )
+            },
+            CALL,
+        )?;
+        let node = self.push(raw, NodeKind::Memset, indices);
+        self.nodes[node.index()].uses = target.graph_allocation().cloned().into_iter().collect();
+        Ok(node)
+    }
+
+    /// Adds a memcpy node copying `bytes` from `src` to `dst`, both device memory.
+    pub fn add_memcpy_node(
+        &mut self,
+        deps: &[Node],
+        dst: &impl DeviceAddress,
+        src: &impl DeviceAddress,
+        bytes: usize,
+    ) -> Result<Node> {
+        const CALL: &str = "cuGraphAddMemcpyNode";
+        if bytes == 0 || bytes > dst.byte_len() || bytes > src.byte_len() {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "{bytes} bytes do not fit source ({}) and destination ({})",
+                    src.byte_len(),
+                    dst.byte_len()
+                ),
+            ));
+        }
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let params = sys::CUDA_MEMCPY3D {
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcDevice: src.device_ptr(),
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstDevice: dst.device_ptr(),
+            WidthInBytes: bytes,
+            Height: 1,
+            Depth: 1,
+            ..Default::default()
+        };
+        let mut raw = std::ptr::null_mut();
+        self.device.bind()?;
+        check(
+            // SAFETY: out-pointer valid; both ranges were checked against their sizes.
+            unsafe {
+                sys::cuGraphAddMemcpyNode(
+                    &mut raw,
+                    self.raw,
+                    raw_deps.as_ptr(),
+                    raw_deps.len(),
+                    &params,
+                    self.device.context_raw(),
+                )
+            },
+            CALL,
+        )?;
+        let node = self.push(raw, NodeKind::Memcpy, indices);
+        let uses = [dst.graph_allocation(), src.graph_allocation()];
+        self.nodes[node.index()].uses = uses.into_iter().flatten().cloned().collect();
+        Ok(node)
+    }
+
+    /// Adds an empty node, which only orders its dependencies before its dependents.
+    pub fn add_empty_node(&mut self, deps: &[Node]) -> Result<Node> {
+        const CALL: &str = "cuGraphAddEmptyNode";
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer valid; `raw_deps` outlives the call.
+            unsafe {
+                sys::cuGraphAddEmptyNode(&mut raw, self.raw, raw_deps.as_ptr(), raw_deps.len())
+            },
+            CALL,
+        )?;
+        Ok(self.push(raw, NodeKind::Empty, indices))
+    }
+
+    /// Adds a host node that calls `f` on a driver thread when the node runs. `f` must not call
+    /// CUDA. A panic in `f` is caught and ends the process (it cannot unwind into the driver).
+    pub fn add_host_node(
+        &mut self,
+        deps: &[Node],
+        f: impl Fn() + Send + Sync + 'static,
+    ) -> Result<Node> {
+        const CALL: &str = "cuGraphAddHostNode";
+        type Callback = Box<dyn Fn() + Send + Sync>;
+        unsafe extern "C" fn trampoline(data: *mut c_void) {
+            // SAFETY: `data` is the `Callback` kept alive by the graph and its executable graphs.
+            let callback = unsafe { &*(data as *const Callback) };
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(callback)).is_err() {
+                std::process::abort();
+            }
+        }
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let callback: Arc<Callback> = Arc::new(Box::new(f));
+        let params = sys::CUDA_HOST_NODE_PARAMS {
+            fn_: Some(trampoline),
+            userData: Arc::as_ptr(&callback) as *mut c_void,
+        };
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer valid; the callback data lives as long as the graph and its execs.
+            unsafe {
+                sys::cuGraphAddHostNode(
+                    &mut raw,
+                    self.raw,
+                    raw_deps.as_ptr(),
+                    raw_deps.len(),
+                    &params,
+                )
+            },
+            CALL,
+        )?;
+        self.keep.push(callback);
+        Ok(self.push(raw, NodeKind::Host, indices))
+    }
+
+    /// Adds a node that records `event` (G.3.3's third ordering).
+    pub fn add_event_record_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
+        const CALL: &str = "cuGraphAddEventRecordNode";
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer valid; the event is kept alive with the graph.
+            unsafe {
+                sys::cuGraphAddEventRecordNode(
+                    &mut raw,
+                    self.raw,
+                    raw_deps.as_ptr(),
+                    raw_deps.len(),
+                    event.as_raw(),
+                )
+            },
+            CALL,
+        )?;
+        let node = self.push(raw, NodeKind::EventRecord, indices);
+        self.nodes[node.index()].records = Some(event.clone());
+        self.keep.push(Arc::new(event.clone()));
+        Ok(node)
+    }
+
+    /// Adds a node that waits for `event`.
+    pub fn add_event_wait_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
+        const CALL: &str = "cuGraphAddEventWaitNode";
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer valid; the event is kept alive with the graph.
+            unsafe {
+                sys::cuGraphAddEventWaitNode(
+                    &mut raw,
+                    self.raw,
+                    raw_deps.as_ptr(),
+                    raw_deps.len(),
+                    event.as_raw(),
+                )
+            },
+            CALL,
+        )?;
+        let node = self.push(raw, NodeKind::EventWait, indices);
+        self.nodes[node.index()].waits = Some(event.clone());
+        self.keep.push(Arc::new(event.clone()));
+        Ok(node)
+    }
+
+    /// Adds a copy of `child` as a child graph node (`cuGraphAddChildGraphNode`). CUDA refuses
+    /// children with memory nodes this way; move them with
+    /// [`add_child_graph_node_moved`](Graph::add_child_graph_node_moved).
+    pub fn add_child_graph_node(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
+        const CALL: &str = "cuGraphAddChildGraphNode";
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer valid; the driver clones the child graph.
+            unsafe {
+                sys::cuGraphAddChildGraphNode(
+                    &mut raw,
+                    self.raw,
+                    raw_deps.as_ptr(),
+                    raw_deps.len(),
+                    child.raw,
+                )
+            },
+            CALL,
+        )?;
+        self.keep.extend(child.keep.iter().cloned());
+        let node = self.push(raw, NodeKind::ChildGraph, indices);
+        self.nodes[node.index()].uses = child
+            .nodes
+            .iter()
+            .flat_map(|n| n.uses.iter().cloned())
+            .collect();
+        Ok(node)
+    }
+
+    /// Moves `child`, memory nodes and all, into this graph as a child graph node
+    /// (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, CUDA 12.9 headers and newer). Its allocations
+    /// are then allocated and freed by this graph.
+    #[cfg(cuda_graph_child_move)]
+    pub fn add_child_graph_node_moved(&mut self, deps: &[Node], mut child: Graph) -> Result<Node> {
+        const CALL: &str = "cuGraphAddNode";
+        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        let mut params = sys::CUgraphNodeParams {
+            type_: sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH,
+            ..Default::default()
+        };
+        params.__bindgen_anon_1.graph = sys::CUDA_CHILD_GRAPH_NODE_PARAMS {
+            graph: child.raw,
+            ownership: sys::CUgraphChildGraphNodeOwnership::CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE,
+        };
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer valid; on success the parent owns the child's handle.
+            unsafe {
+                sys::cuGraphAddNode_v2(
+                    &mut raw,
+                    self.raw,
+                    raw_deps.as_ptr(),
+                    std::ptr::null(),
+                    raw_deps.len(),
+                    &mut params,
+                )
+            },
+            CALL,
+        )?;
+        child.owns_raw = false;
+        self.keep.append(&mut child.keep);
+        let node = self.push(raw, NodeKind::ChildGraph, indices);
+        let record = &mut self.nodes[node.index()];
+        for n in &child.nodes {
+            record.uses.extend(n.uses.iter().cloned());
+            record.mem.extend(n.mem.iter().cloned());
+        }
+        for op in &record.mem {
+            if let MemOp::Free(allocation) = op {
+                allocation.register_free(child.id, false);
+                allocation.register_free(self.id, true);
+            }
+        }
+        child.nodes.clear();
+        Ok(node)
+    }
+
+    /// Adds the edge `from → to` (`cuGraphAddDependencies`).
+    pub fn add_dependency(&mut self, from: Node, to: Node) -> Result<()> {
+        const CALL: &str = "cuGraphAddDependencies";
+        let f = self.index_of(CALL, from)?;
+        let t = self.index_of(CALL, to)?;
+        let (from_raw, to_raw) = (self.nodes[f].raw, self.nodes[t].raw);
+        check(
+            // SAFETY: both nodes belong to this graph; one edge, no edge data.
+            unsafe {
+                sys::cuGraphAddDependencies_v2(self.raw, &from_raw, &to_raw, std::ptr::null(), 1)
+            },
+            CALL,
+        )?;
+        if !self.nodes[t].deps.contains(&(f as u32)) {
+            self.nodes[t].deps.push(f as u32);
+        }
+        Ok(())
+    }
+
+    /// Writes the driver's DOT description of the graph, with memory-node parameters
+    /// (`cuGraphDebugDotPrint` with all detail flags).
+    pub fn debug_dot_print(&self, path: &std::path::Path) -> Result<()> {
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;
+        let verbose = sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0;
+        check(
+            // SAFETY: the path is NUL-terminated; the graph is live.
+            unsafe { sys::cuGraphDebugDotPrint(self.raw, c_path.as_ptr(), verbose) },
+            "cuGraphDebugDotPrint",
+        )
+    }
+}

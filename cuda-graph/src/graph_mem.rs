@@ -1,0 +1,115 @@
+//! The device's graph memory: footprint attributes (G.6), resetting the high-water marks, trim.
+
+use std::fmt;
+
+use crate::device::Device;
+use crate::error::{Result, check};
+use crate::sys;
+
+/// A byte count that prints for people: `64.0 MiB`, `1.50 GiB`, `512 B`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const KIB: f64 = 1024.0;
+        let b = self.0 as f64;
+        if self.0 < 1024 {
+            write!(f, "{} B", self.0)
+        } else if b < KIB * KIB {
+            write!(f, "{:.1} KiB", b / KIB)
+        } else if b < KIB * KIB * KIB {
+            write!(f, "{:.1} MiB", b / (KIB * KIB))
+        } else {
+            write!(f, "{:.2} GiB", b / (KIB * KIB * KIB))
+        }
+    }
+}
+
+/// The four graph-memory attributes of a device (`cuDeviceGetGraphMemAttribute`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GraphMemInfo {
+    /// `CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`: memory mapped by at least one graph now.
+    pub used_current: Bytes,
+    /// `CU_GRAPH_MEM_ATTR_USED_MEM_HIGH`: the most ever used since the last reset.
+    pub used_high: Bytes,
+    /// `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`: memory the driver holds for graphs now.
+    pub reserved_current: Bytes,
+    /// `CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH`: the most ever reserved since the last reset.
+    pub reserved_high: Bytes,
+}
+
+impl fmt::Display for GraphMemInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "used {} (high {}), reserved {} (high {})",
+            self.used_current, self.used_high, self.reserved_current, self.reserved_high
+        )
+    }
+}
+
+fn attribute(device: &Device, attr: sys::CUgraphMem_attribute) -> Result<Bytes> {
+    let mut value: u64 = 0;
+    check(
+        // SAFETY: the four graph-memory attributes are 64-bit values; `value` is a valid out-pointer.
+        unsafe {
+            sys::cuDeviceGetGraphMemAttribute(
+                device.as_raw(),
+                attr,
+                (&mut value as *mut u64).cast(),
+            )
+        },
+        "cuDeviceGetGraphMemAttribute",
+    )?;
+    Ok(Bytes(value))
+}
+
+impl Device {
+    /// The device's graph-memory footprint: used and reserved, current and high-water.
+    pub fn graph_mem_info(&self) -> Result<GraphMemInfo> {
+        use sys::CUgraphMem_attribute as A;
+        self.bind()?;
+        Ok(GraphMemInfo {
+            used_current: attribute(self, A::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)?,
+            used_high: attribute(self, A::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)?,
+            reserved_current: attribute(self, A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)?,
+            reserved_high: attribute(self, A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)?,
+        })
+    }
+
+    /// Resets both high-water marks to the current values (only zero may be set).
+    pub fn reset_graph_mem_high_watermarks(&self) -> Result<()> {
+        use sys::CUgraphMem_attribute as A;
+        self.bind()?;
+        for attr in [
+            A::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+            A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
+        ] {
+            let mut zero: u64 = 0;
+            check(
+                // SAFETY: setting a high-water attribute takes a pointer to a 64-bit zero.
+                unsafe {
+                    sys::cuDeviceSetGraphMemAttribute(
+                        self.as_raw(),
+                        attr,
+                        (&mut zero as *mut u64).cast(),
+                    )
+                },
+                "cuDeviceSetGraphMemAttribute",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Returns graph memory that no graph is using to the OS (`cuDeviceGraphMemTrim`). Live
+    /// allocations and scheduled or running graphs keep theirs.
+    pub fn graph_mem_trim(&self) -> Result<()> {
+        self.bind()?;
+        check(
+            // SAFETY: the device is valid.
+            unsafe { sys::cuDeviceGraphMemTrim(self.as_raw()) },
+            "cuDeviceGraphMemTrim",
+        )
+    }
+}

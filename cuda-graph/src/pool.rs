@@ -1,0 +1,87 @@
+//! Memory pools for stream-ordered allocation, with peer access (G.7.2).
+
+use crate::alloc::{Access, device_location};
+use crate::device::Device;
+use crate::error::{Result, check};
+use crate::sys;
+
+/// An explicit memory pool of pinned device memory (`cuMemPoolCreate`), destroyed on drop.
+/// A capture that allocates from it records the pool's peer access at that moment.
+#[derive(Debug)]
+pub struct MemPool {
+    raw: sys::CUmemoryPool,
+    device: Device,
+}
+
+// SAFETY: a pool handle may be used from any thread; the driver synchronizes access.
+unsafe impl Send for MemPool {}
+// SAFETY: as above; `&self` methods are thread-safe driver calls.
+unsafe impl Sync for MemPool {}
+
+impl MemPool {
+    /// A pool of memory resident on `device`.
+    pub fn new(device: &Device) -> Result<MemPool> {
+        device.bind()?;
+        let props = sys::CUmemPoolProps {
+            allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            location: device_location(device),
+            ..Default::default()
+        };
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer valid; props describe pinned device memory.
+            unsafe { sys::cuMemPoolCreate(&mut raw, &props) },
+            "cuMemPoolCreate",
+        )?;
+        Ok(MemPool {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// Grants `peer` access to the pool's memory (`cuMemPoolSetAccess`).
+    pub fn set_access(&self, peer: &Device, access: Access) -> Result<()> {
+        let desc = sys::CUmemAccessDesc {
+            location: device_location(peer),
+            flags: access.raw(),
+        };
+        check(
+            // SAFETY: one valid descriptor.
+            unsafe { sys::cuMemPoolSetAccess(self.raw, &desc, 1) },
+            "cuMemPoolSetAccess",
+        )
+    }
+
+    /// The access `peer` has (`cuMemPoolGetAccess`): `None` when it has none.
+    pub fn access(&self, peer: &Device) -> Result<Option<Access>> {
+        let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        let mut location = device_location(peer);
+        check(
+            // SAFETY: out-pointer valid; the location names a device.
+            unsafe { sys::cuMemPoolGetAccess(&mut flags, self.raw, &mut location) },
+            "cuMemPoolGetAccess",
+        )?;
+        Ok(match flags {
+            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ => Some(Access::Read),
+            sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE => Some(Access::ReadWrite),
+            _ => None,
+        })
+    }
+
+    /// The resident device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The raw handle.
+    pub fn as_raw(&self) -> sys::CUmemoryPool {
+        self.raw
+    }
+}
+
+impl Drop for MemPool {
+    fn drop(&mut self) {
+        // SAFETY: owned and destroyed once; the driver defers it while allocations are live.
+        let _ = unsafe { sys::cuMemPoolDestroy(self.raw) };
+    }
+}

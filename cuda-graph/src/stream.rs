@@ -1,0 +1,247 @@
+//! Streams: owned ([`Stream`]) and borrowed ([`BorrowedStream`]), in the manner of
+//! `OwnedFd`/`BorrowedFd`.
+
+use std::marker::PhantomData;
+
+use crate::device::Device;
+use crate::error::{Result, check};
+use crate::event::Event;
+use crate::sys;
+
+/// Anything work can be queued on: an owned or a borrowed stream.
+pub trait AsStream {
+    /// The raw stream handle.
+    fn as_raw_stream(&self) -> sys::CUstream;
+    /// The device the stream belongs to.
+    fn device(&self) -> &Device;
+
+    /// Waits on the host until the stream's work is done (`cuStreamSynchronize`).
+    fn synchronize(&self) -> Result<()> {
+        self.device().bind()?;
+        check(
+            // SAFETY: the stream handle is live for as long as `self` is.
+            unsafe { sys::cuStreamSynchronize(self.as_raw_stream()) },
+            "cuStreamSynchronize",
+        )
+    }
+
+    /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`).
+    fn wait_event(&self, event: &Event) -> Result<()> {
+        check(
+            // SAFETY: both handles are live.
+            unsafe { sys::cuStreamWaitEvent(self.as_raw_stream(), event.as_raw(), 0) },
+            "cuStreamWaitEvent",
+        )
+    }
+
+    /// Whether the stream is capturing into a graph (`cuStreamIsCapturing`).
+    fn capture_status(&self) -> Result<CaptureStatus> {
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        check(
+            // SAFETY: `status` is a valid out-pointer; the stream is live.
+            unsafe { sys::cuStreamIsCapturing(self.as_raw_stream(), &mut status) },
+            "cuStreamIsCapturing",
+        )?;
+        Ok(CaptureStatus::from_raw(status))
+    }
+}
+
+/// A stream's capture state (`CUstreamCaptureStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureStatus {
+    /// Not capturing.
+    None,
+    /// Capturing into a graph.
+    Active,
+    /// The capture was invalidated by an illegal operation; ending it returns the error.
+    Invalidated,
+    /// A status these headers do not know.
+    Other(u32),
+}
+
+impl CaptureStatus {
+    pub(crate) fn from_raw(status: sys::CUstreamCaptureStatus) -> Self {
+        match status {
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => CaptureStatus::None,
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
+                CaptureStatus::Invalidated
+            }
+            other => CaptureStatus::Other(other.0),
+        }
+    }
+}
+
+/// Stream creation flags (`CU_STREAM_*`), a bit-set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StreamFlags(u32);
+
+impl StreamFlags {
+    /// `CU_STREAM_DEFAULT`: synchronizes with the legacy default stream.
+    pub const DEFAULT: StreamFlags = StreamFlags(0);
+    /// `CU_STREAM_NON_BLOCKING`: does not synchronize with the legacy default stream.
+    pub const NON_BLOCKING: StreamFlags =
+        StreamFlags(sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0);
+
+    /// The raw bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::ops::BitOr for StreamFlags {
+    type Output = StreamFlags;
+    fn bitor(self, rhs: StreamFlags) -> StreamFlags {
+        StreamFlags(self.0 | rhs.0)
+    }
+}
+
+/// An owned stream, destroyed on drop (`cuStreamDestroy`; queued work still completes).
+#[derive(Debug)]
+pub struct Stream {
+    raw: sys::CUstream,
+    device: Device,
+}
+
+// SAFETY: the driver lets any thread queue work on, synchronize or destroy a stream.
+unsafe impl Send for Stream {}
+// SAFETY: every method takes `&self` and only queues work or queries state, which the driver
+// serializes internally; concurrent launches on one stream are ordered by the driver.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// A new stream on `device` with default flags and priority.
+    pub fn new(device: &Device) -> Result<Stream> {
+        Stream::with_flags(device, StreamFlags::DEFAULT, 0)
+    }
+
+    /// A new stream with flags and a priority (lower numbers are higher priorities; see
+    /// `cuCtxGetStreamPriorityRange`).
+    pub fn with_flags(device: &Device, flags: StreamFlags, priority: i32) -> Result<Stream> {
+        device.bind()?;
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: `raw` is a valid out-pointer; the device's context is current.
+            unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags.bits(), priority) },
+            "cuStreamCreateWithPriority",
+        )?;
+        Ok(Stream {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// The raw handle.
+    pub fn as_raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    /// Takes ownership of a raw stream.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live stream of `device`'s primary context that nothing else destroys; this
+    /// value destroys it when dropped.
+    pub unsafe fn from_raw(raw: sys::CUstream, device: &Device) -> Stream {
+        Stream {
+            raw,
+            device: device.clone(),
+        }
+    }
+
+    /// Gives up ownership: the caller destroys the stream.
+    pub fn into_raw(self) -> sys::CUstream {
+        let raw = self.raw;
+        std::mem::forget(self);
+        raw
+    }
+
+    /// A borrowed view of this stream.
+    pub fn borrow(&self) -> BorrowedStream<'_> {
+        BorrowedStream {
+            raw: self.raw,
+            device: self.device.clone(),
+            _lifetime: PhantomData,
+        }
+    }
+}
+
+impl AsStream for Stream {
+    fn as_raw_stream(&self) -> sys::CUstream {
+        self.raw
+    }
+    fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: owned and destroyed once; the driver finishes queued work before releasing it.
+        let _ = unsafe { sys::cuStreamDestroy(self.raw) };
+    }
+}
+
+/// A stream someone else owns: the per-thread or legacy default stream, or one made by another
+/// library. Never destroyed by us.
+#[derive(Debug, Clone)]
+pub struct BorrowedStream<'a> {
+    raw: sys::CUstream,
+    device: Device,
+    _lifetime: PhantomData<&'a ()>,
+}
+
+// SAFETY: as for `Stream`: a stream handle may be used from any thread.
+unsafe impl Send for BorrowedStream<'_> {}
+// SAFETY: as for `Stream`.
+unsafe impl Sync for BorrowedStream<'_> {}
+
+impl BorrowedStream<'static> {
+    /// The calling thread's default stream (`CU_STREAM_PER_THREAD`, `cudaStreamPerThread`).
+    pub fn per_thread(device: &Device) -> BorrowedStream<'static> {
+        BorrowedStream {
+            raw: sys::CU_STREAM_PER_THREAD,
+            device: device.clone(),
+            _lifetime: PhantomData,
+        }
+    }
+
+    /// The legacy default stream (`CU_STREAM_LEGACY`), which synchronizes with blocking streams.
+    pub fn legacy(device: &Device) -> BorrowedStream<'static> {
+        BorrowedStream {
+            raw: sys::CU_STREAM_LEGACY,
+            device: device.clone(),
+            _lifetime: PhantomData,
+        }
+    }
+}
+
+impl BorrowedStream<'_> {
+    /// Borrows a stream made elsewhere (another crate, the runtime API).
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a stream of `device`'s primary context (or a special handle such as
+    /// `CU_STREAM_PER_THREAD`) that stays live for the lifetime `'a` chosen by the caller.
+    pub unsafe fn from_raw<'a>(raw: sys::CUstream, device: &Device) -> BorrowedStream<'a> {
+        BorrowedStream {
+            raw,
+            device: device.clone(),
+            _lifetime: PhantomData,
+        }
+    }
+
+    /// The raw handle.
+    pub fn as_raw(&self) -> sys::CUstream {
+        self.raw
+    }
+}
+
+impl AsStream for BorrowedStream<'_> {
+    fn as_raw_stream(&self) -> sys::CUstream {
+        self.raw
+    }
+    fn device(&self) -> &Device {
+        &self.device
+    }
+}
