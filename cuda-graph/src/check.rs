@@ -30,7 +30,7 @@ use std::fmt;
 
 use crate::alloc::GraphAllocation;
 use crate::error::{Error, Result};
-use crate::graph::{Graph, MemOp, NodeKind, NodeRecord};
+use crate::graph::{Graph, MemOp, NodeKind};
 
 /// A node named for people: its label, kind and position.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,51 +138,175 @@ impl Graph {
     /// Checks the lifetime rules on the record (no GPU needed). [`Graph::instantiate`] does it
     /// too.
     pub fn check(&self) -> Result<()> {
-        let violations = check_nodes(&self.nodes, self.id);
+        let violations = check_model(&self.model());
         if violations.is_empty() {
             Ok(())
         } else {
             Err(Error::Lifetime(LifetimeError { violations }))
         }
     }
+
+    /// The record as a [`Model`]: what the checks see.
+    pub fn model(&self) -> Model {
+        let mut model = Model::new();
+        let mut keys: HashMap<u64, AllocKey> = HashMap::new();
+        let mut key = |model: &mut Model, a: &GraphAllocation| {
+            *keys.entry(a.id()).or_insert_with(|| {
+                let k = model.add_allocation(a.to_string());
+                if a.free_graphs().iter().filter(|&&g| g != self.id).count() > 0 {
+                    model.set_freed_elsewhere(k);
+                }
+                k
+            })
+        };
+        for node in &self.nodes {
+            let deps: Vec<usize> = node.deps.iter().map(|&d| d as usize).collect();
+            let i = model.add_node(node.kind.clone(), &deps);
+            if let Some(label) = &node.label {
+                model.set_label(i, label.clone());
+            }
+            for op in &node.mem {
+                match op {
+                    MemOp::Alloc(a) => {
+                        let k = key(&mut model, a);
+                        model.allocates(i, k);
+                    }
+                    MemOp::Free(a) => {
+                        let k = key(&mut model, a);
+                        model.frees(i, k);
+                    }
+                }
+            }
+            for a in &node.uses {
+                let k = key(&mut model, a);
+                model.uses(i, k);
+            }
+        }
+        model
+    }
 }
 
-/// What the record says about one allocation.
-#[derive(Default)]
-struct Lifetime<'a> {
-    allocation: Option<&'a GraphAllocation>,
+/// An allocation of a [`Model`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AllocKey(pub usize);
+
+/// One node of a [`Model`].
+#[derive(Debug, Clone)]
+pub struct ModelNode {
+    /// What the node does.
+    pub kind: NodeKind,
+    /// The user's label.
+    pub label: Option<String>,
+    /// Positions of the nodes it depends on.
+    pub deps: Vec<usize>,
+    /// Allocations it allocates.
+    pub allocs: Vec<AllocKey>,
+    /// Allocations it frees.
+    pub frees: Vec<AllocKey>,
+    /// Allocations it uses.
+    pub uses: Vec<AllocKey>,
+}
+
+/// What the checks read: nodes, edges, and which node allocates, frees or uses which
+/// allocation. [`Graph::model`] makes one from a graph's record; tests and tools can build one
+/// directly, without a GPU.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    /// The nodes, in the order added; dependencies point to earlier or later positions.
+    pub nodes: Vec<ModelNode>,
+    /// Each allocation's description, by key.
+    pub allocations: Vec<String>,
+    /// Allocations that another graph also frees.
+    pub freed_elsewhere: Vec<AllocKey>,
+}
+
+impl Model {
+    /// An empty model.
+    pub fn new() -> Model {
+        Model::default()
+    }
+
+    /// Adds an allocation described as `description` (`"allocation 'buf'"`).
+    pub fn add_allocation(&mut self, description: impl Into<String>) -> AllocKey {
+        self.allocations.push(description.into());
+        AllocKey(self.allocations.len() - 1)
+    }
+
+    /// Adds a node after `deps`; returns its position.
+    pub fn add_node(&mut self, kind: NodeKind, deps: &[usize]) -> usize {
+        self.nodes.push(ModelNode {
+            kind,
+            label: None,
+            deps: deps.to_vec(),
+            allocs: Vec::new(),
+            frees: Vec::new(),
+            uses: Vec::new(),
+        });
+        self.nodes.len() - 1
+    }
+
+    /// Adds the edge `from → to`.
+    pub fn add_edge(&mut self, from: usize, to: usize) {
+        if !self.nodes[to].deps.contains(&from) {
+            self.nodes[to].deps.push(from);
+        }
+    }
+
+    /// Labels a node.
+    pub fn set_label(&mut self, node: usize, label: impl Into<String>) {
+        self.nodes[node].label = Some(label.into());
+    }
+
+    /// `node` allocates `allocation`.
+    pub fn allocates(&mut self, node: usize, allocation: AllocKey) {
+        self.nodes[node].allocs.push(allocation);
+    }
+
+    /// `node` frees `allocation`.
+    pub fn frees(&mut self, node: usize, allocation: AllocKey) {
+        self.nodes[node].frees.push(allocation);
+    }
+
+    /// `node` uses `allocation`.
+    pub fn uses(&mut self, node: usize, allocation: AllocKey) {
+        if !self.nodes[node].uses.contains(&allocation) {
+            self.nodes[node].uses.push(allocation);
+        }
+    }
+
+    /// Another graph frees `allocation` too.
+    pub fn set_freed_elsewhere(&mut self, allocation: AllocKey) {
+        self.freed_elsewhere.push(allocation);
+    }
+}
+
+/// What the model says about one allocation.
+#[derive(Default, Clone)]
+struct Lifetime {
     alloc_node: Option<usize>,
     free_nodes: Vec<usize>,
     users: Vec<usize>,
 }
 
-/// Checks a node list; `graph` is the id of the graph it belongs to.
-pub(crate) fn check_nodes(nodes: &[NodeRecord], graph: u64) -> Vec<Violation> {
-    let mut lifetimes: HashMap<u64, Lifetime<'_>> = HashMap::new();
+/// Checks a model against the rules; returns every violation, ordered by node.
+pub fn check_model(model: &Model) -> Vec<Violation> {
+    let nodes = &model.nodes;
+    let mut lifetimes = vec![Lifetime::default(); model.allocations.len()];
     for (i, node) in nodes.iter().enumerate() {
-        for op in &node.mem {
-            match op {
-                MemOp::Alloc(a) => {
-                    let entry = lifetimes.entry(a.id()).or_default();
-                    entry.allocation = Some(a);
-                    entry.alloc_node = Some(i);
-                }
-                MemOp::Free(a) => {
-                    let entry = lifetimes.entry(a.id()).or_default();
-                    entry.allocation = Some(a);
-                    entry.free_nodes.push(i);
-                }
-            }
+        for k in &node.allocs {
+            lifetimes[k.0].alloc_node = Some(i);
         }
-        for a in &node.uses {
-            let entry = lifetimes.entry(a.id()).or_default();
-            entry.allocation.get_or_insert(a);
-            if entry.users.last() != Some(&i) {
-                entry.users.push(i);
-            }
+        for k in &node.frees {
+            lifetimes[k.0].free_nodes.push(i);
+        }
+        for k in &node.uses {
+            lifetimes[k.0].users.push(i);
         }
     }
-    if lifetimes.is_empty() {
+    if lifetimes
+        .iter()
+        .all(|l| l.free_nodes.is_empty() && l.users.is_empty())
+    {
         return Vec::new();
     }
     let mut reach = Reachability::new(nodes);
@@ -192,15 +316,11 @@ pub(crate) fn check_nodes(nodes: &[NodeRecord], graph: u64) -> Vec<Violation> {
         label: nodes[i].label.clone(),
     };
     let mut violations = Vec::new();
-    for life in lifetimes.values() {
-        let Some(allocation) = life.allocation else {
-            continue;
-        };
-        let described = allocation.to_string();
+    for (k, life) in lifetimes.iter().enumerate() {
         let mut violation = |rule, node, other: Option<usize>| {
             violations.push(Violation {
                 rule,
-                allocation: described.clone(),
+                allocation: model.allocations[k].clone(),
                 node: name(node),
                 other: other.map(name),
             })
@@ -226,7 +346,7 @@ pub(crate) fn check_nodes(nodes: &[NodeRecord], graph: u64) -> Vec<Violation> {
                     violation(rule, u, Some(first));
                 }
             }
-            if allocation.free_graphs().iter().any(|&g| g != graph) {
+            if model.freed_elsewhere.contains(&AllocKey(k)) {
                 violation(Rule::FreedByTwoGraphs, first, None);
             }
         }
@@ -238,7 +358,7 @@ pub(crate) fn check_nodes(nodes: &[NodeRecord], graph: u64) -> Vec<Violation> {
 /// Reachability queries on a DAG: `reaches(from, to)` searches backwards from `to`, pruning at
 /// nodes that come before `from` in topological order.
 struct Reachability<'a> {
-    nodes: &'a [NodeRecord],
+    nodes: &'a [ModelNode],
     /// Topological position of each node.
     order: Vec<u32>,
     /// Visit stamps, so that no query clears the array.
@@ -248,7 +368,7 @@ struct Reachability<'a> {
 }
 
 impl<'a> Reachability<'a> {
-    fn new(nodes: &'a [NodeRecord]) -> Self {
+    fn new(nodes: &'a [ModelNode]) -> Self {
         // Kahn's algorithm over the dependency lists.
         let n = nodes.len();
         let mut indegree = vec![0u32; n];
@@ -256,7 +376,7 @@ impl<'a> Reachability<'a> {
         for (i, node) in nodes.iter().enumerate() {
             indegree[i] = node.deps.len() as u32;
             for &d in &node.deps {
-                children[d as usize].push(i as u32);
+                children[d].push(i as u32);
             }
         }
         let mut queue: Vec<u32> = (0..n as u32)
@@ -298,7 +418,6 @@ impl<'a> Reachability<'a> {
         self.stamp[to] = self.generation;
         while let Some(v) = self.stack.pop() {
             for &d in &self.nodes[v as usize].deps {
-                let d = d as usize;
                 if d == from {
                     return true;
                 }
@@ -309,5 +428,47 @@ impl<'a> Reachability<'a> {
             }
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// G.3.1: alloc → a → {b, c}; free after b and c; d after c (uses after free); e alone.
+    #[test]
+    fn guide_g3_1_nodes_d_and_e_are_caught() {
+        let mut m = Model::new();
+        let buf = m.add_allocation("allocation 'buf'");
+        let alloc = m.add_node(NodeKind::MemAlloc, &[]);
+        m.allocates(alloc, buf);
+        let kernel = || NodeKind::Kernel("k".into());
+        let a = m.add_node(kernel(), &[alloc]);
+        let b = m.add_node(kernel(), &[a]);
+        let c = m.add_node(kernel(), &[a]);
+        for n in [a, b, c] {
+            m.uses(n, buf);
+        }
+        let free = m.add_node(NodeKind::MemFree, &[b, c]);
+        m.frees(free, buf);
+        assert!(check_model(&m).is_empty(), "{:?}", check_model(&m));
+
+        let d = m.add_node(kernel(), &[c]);
+        m.set_label(d, "d");
+        m.uses(d, buf);
+        let e = m.add_node(kernel(), &[]);
+        m.set_label(e, "e");
+        m.uses(e, buf);
+        let v = check_model(&m);
+        let rules: Vec<_> = v.iter().map(|v| (v.node.index, v.rule)).collect();
+        assert_eq!(
+            rules,
+            vec![
+                (d, Rule::UnorderedWithFree),
+                (e, Rule::NotAfterAlloc),
+                (e, Rule::UnorderedWithFree)
+            ]
+        );
+        assert!(v[1].to_string().contains("node 'e'"), "{}", v[1]);
     }
 }
