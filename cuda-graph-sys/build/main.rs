@@ -133,6 +133,22 @@ fn run() -> Result<(), String> {
     println!("cargo::metadata=version={version}");
     println!("cargo::metadata=root={root}");
     println!("cargo::metadata=include={include}");
+    let extra: Vec<String> = toolkit
+        .as_ref()
+        .map(|tk| {
+            tk.extra_includes
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    // Further include directories, separated by the platform's path separator.
+    println!(
+        "cargo::metadata=extra_includes={}",
+        std::env::join_paths(extra)
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    );
     println!("cargo::metadata=bindings={source}");
     println!("cargo::metadata=cudart={}", cudart.name());
     println!("cargo::rustc-env=CUDA_GRAPH_SYS_CUDA_VERSION={version}");

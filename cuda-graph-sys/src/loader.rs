@@ -281,10 +281,22 @@ pub fn driver_has_symbol(symbol: &CStr) -> bool {
 }
 
 /// The CUDA version the installed driver supports (`cuDriverGetVersion`), e.g. 13000.
+///
+/// Looked up directly, not through the recorded symbols, so asking never changes what
+/// [`driver_load_error`] reports.
 pub fn driver_version() -> Option<i32> {
+    let handle = DRIVER.handle().ok()?;
+    // SAFETY: the handle came from dlopen; the name is NUL-terminated.
+    let address = unsafe { libc::dlsym(handle.0, c"cuDriverGetVersion".as_ptr()) };
+    if address.is_null() {
+        return None;
+    }
+    // SAFETY: the driver's cuDriverGetVersion has this signature in every CUDA version.
+    let function: unsafe extern "C" fn(*mut i32) -> crate::CUresult =
+        unsafe { std::mem::transmute(address) };
     let mut version = 0;
     // SAFETY: `version` is a valid out-pointer.
-    let result = unsafe { crate::cuDriverGetVersion(&mut version) };
+    let result = unsafe { function(&mut version) };
     (result == crate::CUresult::CUDA_SUCCESS).then_some(version)
 }
 

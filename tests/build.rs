@@ -1,0 +1,80 @@
+//! Build script of cuda-graph-tests: compiles the C side of the ABI cross-check (`abi/probe.c`)
+//! against the very headers cuda-graph-sys used, which it publishes as `DEP_CUDA_INCLUDE`.
+//!
+//! Without toolkit headers (a build on pregenerated bindings), nothing is compiled and the cfg
+//! `cuda_graph_tests_no_abi_probe` tells `tests/abi.rs` to print why it skips.
+
+use std::env;
+use std::path::PathBuf;
+
+/// The static library the probe is compiled into; `tests/abi.rs` links it by this name.
+const PROBE_LIB: &str = "cuda_graph_abi_probe";
+
+fn main() {
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-changed=abi/probe.c");
+    println!("cargo::rustc-check-cfg=cfg(cuda_graph_tests_no_abi_probe)");
+    // cc prints these itself only with its cargo metadata, which is off below.
+    let target = env::var("TARGET").unwrap_or_default();
+    for var in ["CC", "CFLAGS", "CRATE_CC_NO_DEFAULTS"] {
+        println!("cargo::rerun-if-env-changed={var}");
+        println!("cargo::rerun-if-env-changed=TARGET_{var}");
+        println!("cargo::rerun-if-env-changed={var}_{target}");
+        println!(
+            "cargo::rerun-if-env-changed={var}_{}",
+            target.replace('-', "_")
+        );
+    }
+
+    // Published by cuda-graph-sys (`links = "cuda"`); a change there reruns this script.
+    let include = env::var("DEP_CUDA_INCLUDE").unwrap_or_default();
+    let root = env::var("DEP_CUDA_ROOT").unwrap_or_default();
+    let version = env::var("DEP_CUDA_VERSION").unwrap_or_default();
+    let bindings = env::var("DEP_CUDA_BINDINGS").unwrap_or_default();
+
+    if include.is_empty() {
+        println!("cargo::rustc-cfg=cuda_graph_tests_no_abi_probe");
+        println!(
+            "cargo::rustc-env=CUDA_GRAPH_TESTS_ABI_PROBE=cuda-graph-sys found no CUDA toolkit and used its {} CUDA {} bindings, so there are no headers to compile the C probe against",
+            if bindings.is_empty() {
+                "pregenerated"
+            } else {
+                &bindings
+            },
+            version
+        );
+        return;
+    }
+
+    let mut dirs = vec![PathBuf::from(&include)];
+    // CUDA 12 wheels from PyPI keep the crt/ headers that cuda_runtime.h needs in the nvcc wheel.
+    if !root.is_empty() {
+        let nvcc_include = PathBuf::from(&root).join("../cuda_nvcc/include");
+        if nvcc_include.is_dir() {
+            dirs.push(nvcc_include);
+        }
+    }
+
+    let mut build = cc::Build::new();
+    build
+        .file("abi/probe.c")
+        .std("c11")
+        .warnings(true)
+        .extra_warnings(true)
+        // Link directives are ours: the library goes to the ABI test only (see tests/abi.rs).
+        .cargo_metadata(false);
+    for dir in &dirs {
+        build.include(dir);
+    }
+    build.compile(PROBE_LIB);
+
+    let out_dir = env::var("OUT_DIR").expect("cargo sets OUT_DIR for build scripts");
+    println!("cargo::rustc-link-search=native={out_dir}");
+    println!(
+        "cargo::rustc-env=CUDA_GRAPH_TESTS_ABI_PROBE=probe compiled against {} (CUDA {version}, cuda-graph-sys bindings: {bindings})",
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" + "),
+    );
+}
