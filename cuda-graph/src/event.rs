@@ -75,6 +75,7 @@ impl Event {
 
     /// Records the event on `stream` (`cuEventRecord`).
     pub fn record(&self, stream: &impl AsStream) -> Result<()> {
+        stream.device().bind()?;
         check(
             // SAFETY: both handles are live.
             unsafe { sys::cuEventRecord(self.inner.raw, stream.as_raw_stream()) },

@@ -206,6 +206,8 @@ impl ExecGraph {
     pub fn launch(&self, stream: &impl AsStream) -> Result<()> {
         if self.unfreed.is_empty() && self.foreign_frees.is_empty() && self.foreign_uses.is_empty()
         {
+            // Special streams (per-thread, legacy) need the context current.
+            self.device.bind()?;
             return check(
                 // SAFETY: both handles are live.
                 unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) },

@@ -27,6 +27,7 @@ pub trait AsStream {
 
     /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`).
     fn wait_event(&self, event: &Event) -> Result<()> {
+        self.device().bind()?;
         check(
             // SAFETY: both handles are live.
             unsafe { sys::cuStreamWaitEvent(self.as_raw_stream(), event.as_raw(), 0) },
@@ -36,6 +37,7 @@ pub trait AsStream {
 
     /// Whether the stream is capturing into a graph (`cuStreamIsCapturing`).
     fn capture_status(&self) -> Result<CaptureStatus> {
+        self.device().bind()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         check(
             // SAFETY: `status` is a valid out-pointer; the stream is live.
