@@ -18,7 +18,7 @@ for archive in gpu-suite/suite-*.tar.zst; do
     --no-fail-fast --success-output never "$@" 2>&1 | tee "$logs/tests-$v.log" || status=1
   for tool in ${SANITIZE:-}; do
     echo "=== CUDA $v headers: compute-sanitizer --tool $tool"
-    env "$runner_var=compute-sanitizer --tool $tool --error-exitcode 86 --print-limit 20" \
+    env "$runner_var=$PWD/ci/sanitize-runner.sh" SANITIZER_TOOL="$tool" \
       gpu-suite/cargo-nextest nextest run --archive-file "$archive" --workspace-remap . \
       --no-fail-fast --test-threads 4 --success-output immediate "$@" >"$logs/$tool-$v.log" 2>&1 || status=1
     errors=$(grep -ho 'ERROR SUMMARY: [0-9]* error' "$logs/$tool-$v.log" | awk '{s+=$3} END {print s+0}')
