@@ -203,6 +203,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun by this guard); `raw` is a valid out-pointer.
         let status = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
+        self.device()
+            .flush_deferred_frees(self.stream.as_raw_stream());
         if status != sys::CUresult::CUDA_SUCCESS {
             if !raw.is_null() {
                 // SAFETY: a graph returned despite the error is ours to destroy.
@@ -233,6 +235,9 @@ impl<S: AsStream> Drop for Capture<'_, S> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: ends the capture this guard began; the graph, if any, is discarded.
         let _ = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
+        self.stream
+            .device()
+            .flush_deferred_frees(self.stream.as_raw_stream());
         if !raw.is_null() {
             // SAFETY: the discarded graph is ours to destroy.
             let _ = unsafe { sys::cuGraphDestroy(raw) };

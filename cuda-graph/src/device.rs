@@ -1,7 +1,7 @@
 //! Devices and their primary contexts.
 
 use std::ffi::CStr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result, check};
 use crate::sys;
@@ -45,6 +45,8 @@ struct PrimaryContext {
     context: sys::CUcontext,
     /// A private stream on which RAII frees of escaped graph allocations are queued.
     reaper: OnceLock<Result<sys::CUstream>>,
+    /// Stream-ordered frees put off because their stream was capturing: (address, stream).
+    deferred: Mutex<Vec<(sys::CUdeviceptr, usize)>>,
 }
 
 // SAFETY: a CUcontext and a CUdevice are process-wide handles that the driver lets any thread use;
@@ -93,6 +95,7 @@ impl Device {
                 device,
                 context,
                 reaper: OnceLock::new(),
+                deferred: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -229,5 +232,32 @@ impl Device {
                 Ok(stream)
             })
             .clone()
+    }
+
+    /// Puts off freeing `ptr` on `stream` until the stream's capture ends.
+    pub(crate) fn defer_free(&self, ptr: sys::CUdeviceptr, stream: sys::CUstream) {
+        let mut deferred = self
+            .inner
+            .deferred
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        deferred.push((ptr, stream as usize));
+    }
+
+    /// Queues the frees put off for `stream`, which is no longer capturing.
+    pub(crate) fn flush_deferred_frees(&self, stream: sys::CUstream) {
+        let mut deferred = self
+            .inner
+            .deferred
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        deferred.retain(|&(ptr, s)| {
+            if s != stream as usize {
+                return true;
+            }
+            // SAFETY: a stream-ordered allocation whose owner dropped it during the capture.
+            let _ = unsafe { sys::cuMemFreeAsync(ptr, stream) };
+            false
+        });
     }
 }

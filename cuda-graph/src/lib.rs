@@ -102,6 +102,7 @@ mod memory;
 mod module;
 mod pool;
 mod stream;
+mod stream_alloc;
 
 pub use alloc::{Access, AllocParams, GraphAllocation};
 pub use capture::{Capture, CaptureMode, capture};
@@ -115,3 +116,4 @@ pub use memory::{DeviceAddress, DeviceBuffer};
 pub use module::{Function, KernelArgs, LaunchConfig, Module};
 pub use pool::MemPool;
 pub use stream::{AsStream, BorrowedStream, CaptureStatus, Stream, StreamFlags};
+pub use stream_alloc::StreamAllocation;
