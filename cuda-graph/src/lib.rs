@@ -18,30 +18,35 @@
 //! instantiation with an error that names it.
 //!
 //! ```no_run
-//! use cuda_graph::{AllocParams, Device, Graph, InstantiateFlags, KernelArgs, LaunchConfig, Module, Stream};
+//! use cuda_graph::{AllocParams, AsStream, Device, DeviceBuffer, Graph, InstantiateFlags};
+//! use cuda_graph::{KernelArgs, LaunchConfig, Module, Stream};
 //!
 //! # fn main() -> cuda_graph::Result<()> {
 //! let device = Device::get(0)?;
 //! let module = Module::from_ptx(&device, cuda_graph::kernels::PTX)?;
-//! let (fill, add) = (module.function("fill_u32")?, module.function("add_u32")?);
+//! let (iota, copy) = (module.function("iota_u32")?, module.function("copy_u32")?);
 //! let n: u64 = 1 << 20;
 //! let config = LaunchConfig::for_elements(n, 256);
+//! let (out_b, out_c) = (DeviceBuffer::<u32>::zeroed(&device, n as usize)?, DeviceBuffer::<u32>::zeroed(&device, n as usize)?);
 //!
 //! let mut graph = Graph::new(&device)?;
 //! let (alloc, buf) = graph.add_mem_alloc_node(&[], &AllocParams::new(&device, n as usize * 4))?;
-//! // SAFETY: fill_u32(unsigned* p, unsigned long long n, unsigned v), add_u32 likewise.
-//! let a = unsafe { graph.add_kernel_node(&[alloc], &fill, config, &KernelArgs::new().ptr(&buf).value(n).value(1u32))? };
-//! let b = unsafe { graph.add_kernel_node(&[a], &add, config, &KernelArgs::new().ptr(&buf).value(n).value(2u32))? };
-//! let c = unsafe { graph.add_kernel_node(&[a], &add, config, &KernelArgs::new().ptr(&buf).value(n).value(3u32))? };
+//! // SAFETY: iota_u32(unsigned* p, unsigned long long n, unsigned base);
+//! // copy_u32(unsigned* dst, const unsigned* src, unsigned long long n).
+//! let a = unsafe { graph.add_kernel_node(&[alloc], &iota, config, &KernelArgs::new().ptr(&buf).value(n).value(0u32))? };
+//! let copy_to = |out| KernelArgs::new().ptr(out).ptr(&buf).value(n);
+//! let b = unsafe { graph.add_kernel_node(&[a], &copy, config, &copy_to(&out_b))? };
+//! let c = unsafe { graph.add_kernel_node(&[a], &copy, config, &copy_to(&out_c))? };
 //! graph.add_mem_free_node(&[b, c], &buf)?;
 //!
 //! let exec = graph.instantiate(InstantiateFlags::NONE)?;
 //! let stream = Stream::new(&device)?;
 //! exec.launch(&stream)?;
-//! cuda_graph::AsStream::synchronize(&stream)?;
+//! stream.synchronize()?;
+//! assert_eq!(out_b.to_vec()?[12345], 12345);
 //!
 //! // Node e: uses the allocation without depending on the alloc node.
-//! let e = unsafe { graph.add_kernel_node(&[], &add, config, &KernelArgs::new().ptr(&buf).value(n).value(4u32))? };
+//! let e = unsafe { graph.add_kernel_node(&[], &copy, config, &copy_to(&out_c))? };
 //! graph.set_label(e, "e")?;
 //! drop(exec);
 //! let err = graph.instantiate(InstantiateFlags::NONE).unwrap_err();
@@ -52,24 +57,27 @@
 //! # G.3.2: stream capture with fork and join
 //!
 //! ```no_run
-//! use cuda_graph::{capture, AsStream, CaptureMode, Device, InstantiateFlags, KernelArgs, LaunchConfig, Module, Stream};
+//! use cuda_graph::{capture, AsStream, CaptureMode, Device, DeviceBuffer, InstantiateFlags};
+//! use cuda_graph::{KernelArgs, LaunchConfig, Module, Stream};
 //!
 //! # fn main() -> cuda_graph::Result<()> {
 //! let device = Device::get(0)?;
 //! let module = Module::from_ptx(&device, cuda_graph::kernels::PTX)?;
-//! let (fill, add) = (module.function("fill_u32")?, module.function("add_u32")?);
+//! let (iota, copy) = (module.function("iota_u32")?, module.function("copy_u32")?);
 //! let (stream1, stream2) = (Stream::new(&device)?, Stream::new(&device)?);
 //! let n: u64 = 1 << 20;
 //! let config = LaunchConfig::for_elements(n, 256);
+//! let (out_b, out_c) = (DeviceBuffer::<u32>::zeroed(&device, n as usize)?, DeviceBuffer::<u32>::zeroed(&device, n as usize)?);
 //!
 //! let (graph, ()) = capture(&stream1, CaptureMode::Global, |cap| {
 //!     let dptr = cap.malloc_async(n as usize * 4)?;
-//!     let args = |v: u32| KernelArgs::new().ptr(&dptr).value(n).value(v);
-//!     // SAFETY: the kernels take (unsigned* p, unsigned long long n, unsigned v).
-//!     unsafe { cap.launch(&fill, config, &args(1))? };          // kernel A
-//!     cap.fork(&stream2)?;                                        // event1
-//!     unsafe { cap.launch(&add, config, &args(2))? };           // kernel B
-//!     unsafe { cap.launch_on(&stream2, &add, config, &args(3))? }; // kernel C
+//!     let copy_to = |out| KernelArgs::new().ptr(out).ptr(&dptr).value(n);
+//!     // SAFETY: iota_u32(unsigned* p, unsigned long long n, unsigned base);
+//!     // copy_u32(unsigned* dst, const unsigned* src, unsigned long long n).
+//!     unsafe { cap.launch(&iota, config, &KernelArgs::new().ptr(&dptr).value(n).value(0u32))? }; // A
+//!     cap.fork(&stream2)?;                                                  // event1
+//!     unsafe { cap.launch(&copy, config, &copy_to(&out_b))? };              // kernel B
+//!     unsafe { cap.launch_on(&stream2, &copy, config, &copy_to(&out_c))? }; // kernel C
 //!     cap.join(&stream2)?;                                        // event2
 //!     cap.free_async(&dptr)                                       // after A, B and C
 //! })?;
