@@ -32,6 +32,13 @@ fn main() {
     let version = env::var("DEP_CUDA_VERSION").unwrap_or_default();
     let bindings = env::var("DEP_CUDA_BINDINGS").unwrap_or_default();
 
+    // The safe_ GPU tests use `cfg(cuda_graph_child_move)` as cuda-graph derives it: headers of
+    // CUDA 12.9 or newer have child-graph ownership transfer.
+    println!("cargo::rustc-check-cfg=cfg(cuda_graph_child_move)");
+    if version.parse::<u32>().is_ok_and(|v| v >= 12090) {
+        println!("cargo::rustc-cfg=cuda_graph_child_move");
+    }
+
     if include.is_empty() {
         println!("cargo::rustc-cfg=cuda_graph_tests_no_abi_probe");
         println!(

@@ -304,11 +304,15 @@ pub(crate) unsafe fn read_graph(
         "cuGraphGetNodes",
     )?;
     let mut nodes = vec![std::ptr::null_mut(); count];
-    check(
-        // SAFETY: the array holds `count` entries.
-        unsafe { sys::cuGraphGetNodes(raw, nodes.as_mut_ptr(), &mut count) },
-        "cuGraphGetNodes",
-    )?;
+    // An empty graph: ask no further (cuGraphGetEdges refuses non-null arrays with a count of 0,
+    // CUDA_ERROR_INVALID_VALUE on the H200's 580 driver; the same guard here is a precaution).
+    if count > 0 {
+        check(
+            // SAFETY: the array holds `count` entries.
+            unsafe { sys::cuGraphGetNodes(raw, nodes.as_mut_ptr(), &mut count) },
+            "cuGraphGetNodes",
+        )?;
+    }
     nodes.truncate(count);
     let mut edges = 0;
     check(
@@ -326,19 +330,25 @@ pub(crate) unsafe fn read_graph(
     )?;
     let mut from = vec![std::ptr::null_mut(); edges];
     let mut to = vec![std::ptr::null_mut(); edges];
-    check(
-        // SAFETY: both arrays hold `edges` entries; edge data is not asked for.
-        unsafe {
-            sys::cuGraphGetEdges_v2(
-                raw,
-                from.as_mut_ptr(),
-                to.as_mut_ptr(),
-                std::ptr::null_mut(),
-                &mut edges,
-            )
-        },
-        "cuGraphGetEdges",
-    )?;
+    // A graph without edges (a single node) must not be asked with non-null arrays: the driver
+    // returns CUDA_ERROR_INVALID_VALUE (seen capturing one kernel on the H200, driver 580).
+    if edges > 0 {
+        check(
+            // SAFETY: both arrays hold `edges` entries; edge data is not asked for.
+            unsafe {
+                sys::cuGraphGetEdges_v2(
+                    raw,
+                    from.as_mut_ptr(),
+                    to.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                    &mut edges,
+                )
+            },
+            "cuGraphGetEdges",
+        )?;
+    }
+    from.truncate(edges);
+    to.truncate(edges);
     let position = |node: sys::CUgraphNode| nodes.iter().position(|&n| n == node);
     for &node in &nodes {
         let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;

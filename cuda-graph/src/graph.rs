@@ -630,10 +630,17 @@ impl Graph {
     }
 
     /// Adds a copy of `child` as a child graph node (`cuGraphAddChildGraphNode`). CUDA refuses
-    /// children with memory nodes this way; move them with
+    /// children with memory nodes this way (`CUDA_ERROR_NOT_SUPPORTED`); so does this method,
+    /// before calling the driver ([`Error::InvalidArgument`]): move them with
     /// [`add_child_graph_node_moved`](Graph::add_child_graph_node_moved).
     pub fn add_child_graph_node(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
         const CALL: &str = "cuGraphAddChildGraphNode";
+        if child.has_memory_nodes() {
+            return Err(Error::invalid(
+                CALL,
+                "the child graph has alloc or free nodes, which CUDA does not copy into a parent; move it in with add_child_graph_node_moved (CUDA 12.9+)",
+            ));
+        }
         let (raw_deps, indices) = self.resolve(CALL, deps)?;
         let mut raw = std::ptr::null_mut();
         check(

@@ -1,0 +1,301 @@
+//! G.3.3 in the safe layer: an allocation that its graph does not free outlives the launch, is
+//! used by stream work and other graphs, and is freed outside the allocating graph, with the
+//! three orderings of the guide: one stream and `GraphAllocation::free_async`; events between
+//! streams and a separate free graph; event record and wait nodes in the graphs. Also a free
+//! graph made by capture, and the refusal to launch a free graph before the allocation exists.
+//!
+//! Each test skips without a GPU (prints `SKIPPED ...`) and fails instead under
+//! `CUDA_GRAPH_REQUIRE_GPU=1`. Results are copied back and checked element by element.
+
+mod safe_common;
+
+use cuda_graph::{
+    AllocParams, AsStream, CaptureMode, DeviceBuffer, Error, Event, EventFlags, Graph,
+    InstantiateFlags, KernelArgs, Stream, capture,
+};
+use safe_common::{BYTES, N, assert_all, assert_iota, config, gpu};
+
+/// A graph with one alloc node (labelled `label`) and nothing else.
+fn alloc_graph(device: &cuda_graph::Device, label: &str) -> (Graph, cuda_graph::GraphAllocation) {
+    let mut graph = Graph::new(device).unwrap();
+    let (_, buf) = graph
+        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES).label(label))
+        .unwrap();
+    (graph, buf)
+}
+
+/// Ordering with a single stream: launch the allocating graph, then a kernel and a copy-out on
+/// the same stream, then `free_async` on it.
+#[test]
+fn g3_3_single_stream_free_async() {
+    let Some(g) = gpu("g3_3_single_stream_free_async") else {
+        return;
+    };
+    let device = &g.device;
+    let stream = Stream::new(device).unwrap();
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let (graph, dptr) = alloc_graph(device, "dptr");
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    assert_eq!(exec.unfreed_allocations().len(), 1);
+    assert!(exec.unfreed_allocations()[0].same(&dptr));
+
+    // Not yet launched: nothing to free.
+    let err = dptr.free_async(&stream).unwrap_err();
+    println!("free_async before the launch: {err}");
+    assert!(matches!(err, Error::InvalidArgument { .. }));
+
+    exec.launch(&stream).unwrap();
+    assert!(dptr.is_live());
+    // SAFETY: iota_u32 then copy_u32 on the N values of `dptr` (live: allocated by the launch
+    // queued before on this stream) and `out`.
+    unsafe {
+        g.k.iota
+            .launch(
+                &stream,
+                config(N),
+                &KernelArgs::new().ptr(&dptr).value(N).value(50u32),
+            )
+            .unwrap();
+        g.k.copy
+            .launch(
+                &stream,
+                config(N),
+                &KernelArgs::new().ptr(&out).ptr(&dptr).value(N),
+            )
+            .unwrap();
+    }
+    dptr.free_async(&stream).unwrap();
+    assert!(!dptr.is_live());
+    let err = dptr.free_async(&stream).unwrap_err();
+    println!("second free_async: {err}");
+    stream.synchronize().unwrap();
+    assert_iota(
+        &out.to_vec().unwrap(),
+        50,
+        "kernel on the allocating stream",
+    );
+
+    // Freed: the graph can be launched again, and freed again.
+    exec.launch(&stream).unwrap();
+    dptr.free_async(&stream).unwrap();
+    stream.synchronize().unwrap();
+}
+
+/// Ordering with events between streams: the allocating graph on `alloc_stream`, an event that
+/// stream 2 waits for, a kernel on stream 2, an event that stream 3 waits for, and a separate
+/// graph on stream 3 whose kernel uses the allocation before its free node frees it.
+#[test]
+fn g3_3_events_between_streams_and_a_free_graph() {
+    let Some(g) = gpu("g3_3_events_between_streams_and_a_free_graph") else {
+        return;
+    };
+    let device = &g.device;
+    let [alloc_stream, stream2, stream3] = [(); 3].map(|()| Stream::new(device).unwrap());
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let (alloc_graph, dptr) = alloc_graph(device, "dptr");
+
+    let mut free_graph = Graph::new(device).unwrap();
+    // SAFETY: add_u32 then copy_u32 on the N values of `dptr` (live when the graph runs: the
+    // launches below are ordered by events) and `out`.
+    let a = unsafe {
+        free_graph.add_kernel_node(
+            &[],
+            &g.k.add,
+            config(N),
+            &KernelArgs::new().ptr(&dptr).value(N).value(1000u32),
+        )
+    }
+    .unwrap();
+    // SAFETY: as above.
+    let copy = unsafe {
+        free_graph.add_kernel_node(
+            &[a],
+            &g.k.copy,
+            config(N),
+            &KernelArgs::new().ptr(&out).ptr(&dptr).value(N),
+        )
+    }
+    .unwrap();
+    free_graph.add_mem_free_node(&[copy], &dptr).unwrap();
+    free_graph.check().unwrap();
+
+    let alloc_exec = alloc_graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let free_exec = free_graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let alloc_event = Event::with_flags(device, EventFlags::DISABLE_TIMING).unwrap();
+    let use_done = Event::with_flags(device, EventFlags::DISABLE_TIMING).unwrap();
+
+    for round in 0..2u32 {
+        alloc_exec.launch(&alloc_stream).unwrap();
+        alloc_event.record(&alloc_stream).unwrap();
+        stream2.wait_event(&alloc_event).unwrap();
+        // SAFETY: iota_u32 on the N values of `dptr`, after the allocating launch (event).
+        unsafe {
+            g.k.iota.launch(
+                &stream2,
+                config(N),
+                &KernelArgs::new().ptr(&dptr).value(N).value(round * 10),
+            )
+        }
+        .unwrap();
+        use_done.record(&stream2).unwrap();
+        stream3.wait_event(&use_done).unwrap();
+        free_exec.launch(&stream3).unwrap();
+        assert!(!dptr.is_live());
+        stream3.synchronize().unwrap();
+        assert_iota(
+            &out.to_vec().unwrap(),
+            round * 10 + 1000,
+            &format!("round {round}: stream-2 iota + free graph's add"),
+        );
+    }
+}
+
+/// Ordering with event record and wait nodes: the allocating graph records `alloc_event` after
+/// its alloc node; the wait-and-free graph waits for `alloc_event` and `use_done`, runs its
+/// kernel, copies out, and frees after both its own users and the stream-2 user.
+#[test]
+fn g3_3_event_record_and_wait_nodes() {
+    let Some(g) = gpu("g3_3_event_record_and_wait_nodes") else {
+        return;
+    };
+    let device = &g.device;
+    let [alloc_stream, stream2, stream3] = [(); 3].map(|()| Stream::new(device).unwrap());
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let alloc_event = Event::with_flags(device, EventFlags::DISABLE_TIMING).unwrap();
+    let use_done = Event::with_flags(device, EventFlags::DISABLE_TIMING).unwrap();
+
+    let mut alloc_graph = Graph::new(device).unwrap();
+    let (alloc_node, dptr) = alloc_graph
+        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES).label("dptr"))
+        .unwrap();
+    let record = alloc_graph
+        .add_event_record_node(&[alloc_node], &alloc_event)
+        .unwrap();
+    assert!(alloc_graph.node(record).unwrap().records.is_some());
+
+    let mut free_graph = Graph::new(device).unwrap();
+    let use_done_node = free_graph.add_event_wait_node(&[], &use_done).unwrap();
+    let alloc_ready = free_graph.add_event_wait_node(&[], &alloc_event).unwrap();
+    assert!(free_graph.node(alloc_ready).unwrap().waits.is_some());
+    // The guide's kernel node depends on the alloc-ready wait only; it also waits for the stream-2
+    // user here so that its result can be checked.
+    // SAFETY: add_u32 then copy_u32 on the N values of `dptr` (live: ordered after the
+    // allocating graph by the wait node) and `out`.
+    let kernel = unsafe {
+        free_graph.add_kernel_node(
+            &[alloc_ready, use_done_node],
+            &g.k.add,
+            config(N),
+            &KernelArgs::new().ptr(&dptr).value(N).value(5u32),
+        )
+    }
+    .unwrap();
+    // SAFETY: as above.
+    let copy = unsafe {
+        free_graph.add_kernel_node(
+            &[kernel],
+            &g.k.copy,
+            config(N),
+            &KernelArgs::new().ptr(&out).ptr(&dptr).value(N),
+        )
+    }
+    .unwrap();
+    free_graph
+        .add_mem_free_node(&[copy, use_done_node], &dptr)
+        .unwrap();
+
+    let alloc_exec = alloc_graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let free_exec = free_graph.instantiate(InstantiateFlags::NONE).unwrap();
+    for round in 0..2u32 {
+        alloc_exec.launch(&alloc_stream).unwrap();
+        stream2.wait_event(&alloc_event).unwrap();
+        // SAFETY: fill_u32 on the N values of `dptr`, after the event record node.
+        unsafe {
+            g.k.fill.launch(
+                &stream2,
+                config(N),
+                &KernelArgs::new().ptr(&dptr).value(N).value(70 + round),
+            )
+        }
+        .unwrap();
+        use_done.record(&stream2).unwrap();
+        free_exec.launch(&stream3).unwrap();
+        stream3.synchronize().unwrap();
+        assert_all(
+            &out.to_vec().unwrap(),
+            75 + round,
+            &format!("round {round}: stream-2 fill + graph's add"),
+        );
+        assert!(!dptr.is_live());
+    }
+    device.synchronize().unwrap();
+}
+
+/// A free graph made by stream capture: `Capture::free_async` of an allocation that another graph
+/// made becomes a free node, and the launch frees it.
+#[test]
+fn g3_3_captured_free_of_an_outside_allocation() {
+    let Some(g) = gpu("g3_3_captured_free_of_an_outside_allocation") else {
+        return;
+    };
+    let device = &g.device;
+    let stream = Stream::new(device).unwrap();
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let (alloc_graph, dptr) = alloc_graph(device, "dptr");
+    let (free_graph, ()) = capture(&stream, CaptureMode::Global, |cap| {
+        // SAFETY: copy_u32 from the N values of `dptr` into `out`.
+        unsafe {
+            cap.launch(
+                &g.k.copy,
+                config(N),
+                &KernelArgs::new().ptr(&out).ptr(&dptr).value(N),
+            )?
+        };
+        cap.free_async(&dptr)
+    })
+    .unwrap();
+    free_graph.check().unwrap();
+    let alloc_exec = alloc_graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let free_exec = free_graph.instantiate(InstantiateFlags::NONE).unwrap();
+
+    alloc_exec.launch(&stream).unwrap();
+    // SAFETY: fill_u32 on the N values of `dptr`, after the allocating launch on this stream.
+    unsafe {
+        g.k.fill.launch(
+            &stream,
+            config(N),
+            &KernelArgs::new().ptr(&dptr).value(N).value(31u32),
+        )
+    }
+    .unwrap();
+    free_exec.launch(&stream).unwrap();
+    assert!(!dptr.is_live());
+    stream.synchronize().unwrap();
+    assert_all(&out.to_vec().unwrap(), 31, "captured free graph's copy");
+}
+
+/// A graph that frees (or uses) an allocation of another graph is refused before the allocating
+/// graph has launched, and after the allocation has been freed.
+#[test]
+fn launch_of_a_free_graph_needs_a_live_allocation() {
+    let Some(g) = gpu("launch_of_a_free_graph_needs_a_live_allocation") else {
+        return;
+    };
+    let device = &g.device;
+    let stream = Stream::new(device).unwrap();
+    let (alloc_graph, dptr) = alloc_graph(device, "dptr");
+    let mut free_graph = Graph::new(device).unwrap();
+    free_graph.add_mem_free_node(&[], &dptr).unwrap();
+    let alloc_exec = alloc_graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let free_exec = free_graph.instantiate(InstantiateFlags::NONE).unwrap();
+
+    let err = free_exec.launch(&stream).unwrap_err();
+    println!("free graph before the allocating launch: {err}");
+    assert!(err.to_string().contains("allocation 'dptr'"), "{err}");
+    alloc_exec.launch(&stream).unwrap();
+    free_exec.launch(&stream).unwrap();
+    let err = free_exec.launch(&stream).unwrap_err();
+    println!("free graph launched twice: {err}");
+    assert!(matches!(err, Error::InvalidArgument { .. }));
+    stream.synchronize().unwrap();
+}
