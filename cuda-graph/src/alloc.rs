@@ -119,6 +119,7 @@ struct AllocInner {
     state: Mutex<LiveState>,
     /// Ids of the graphs that have a free node for it.
     free_graphs: Mutex<Vec<u64>>,
+    _tracked: crate::track::Tracked,
 }
 
 /// Run-time state: whether a launch made the allocation live, and what work may still use it.
@@ -155,6 +156,7 @@ impl GraphAllocation {
                 label,
                 state: Mutex::new(LiveState::default()),
                 free_graphs: Mutex::new(Vec::new()),
+                _tracked: crate::track::Tracked::new(crate::track::Kind::GraphAllocation),
             }),
         }
     }

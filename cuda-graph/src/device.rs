@@ -47,6 +47,7 @@ struct PrimaryContext {
     reaper: OnceLock<Result<sys::CUstream>>,
     /// Stream-ordered frees put off because their stream was capturing: (address, stream).
     deferred: Mutex<Vec<(sys::CUdeviceptr, usize)>>,
+    _tracked: crate::track::Tracked,
 }
 
 // SAFETY: a CUcontext and a CUdevice are process-wide handles that the driver lets any thread use;
@@ -96,6 +97,7 @@ impl Device {
                 context,
                 reaper: OnceLock::new(),
                 deferred: Mutex::new(Vec::new()),
+                _tracked: crate::track::Tracked::new(crate::track::Kind::Context),
             }),
         })
     }

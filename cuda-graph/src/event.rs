@@ -43,6 +43,7 @@ pub struct Event {
 struct EventInner {
     raw: sys::CUevent,
     device: Device,
+    _tracked: crate::track::Tracked,
 }
 
 // SAFETY: the driver lets any thread record, wait on, query or destroy an event.
@@ -69,6 +70,7 @@ impl Event {
             inner: Arc::new(EventInner {
                 raw,
                 device: device.clone(),
+                _tracked: crate::track::Tracked::new(crate::track::Kind::Event),
             }),
         })
     }
@@ -134,6 +136,7 @@ impl Event {
             inner: Arc::new(EventInner {
                 raw,
                 device: device.clone(),
+                _tracked: crate::track::Tracked::new(crate::track::Kind::Event),
             }),
         }
     }
@@ -141,9 +144,14 @@ impl Event {
     /// Gives up ownership, if this is the only clone: the caller destroys the event.
     pub fn into_raw(self) -> Result<sys::CUevent, Event> {
         let inner = Arc::try_unwrap(self.inner).map_err(|inner| Event { inner })?;
-        let raw = inner.raw;
-        std::mem::forget(inner);
-        Ok(raw)
+        let mut inner = std::mem::ManuallyDrop::new(inner);
+        // SAFETY: `inner` is never used again; its other fields are dropped exactly once here and
+        // `Drop for EventInner`, which would destroy the handle, does not run.
+        unsafe {
+            std::ptr::drop_in_place(&mut inner.device);
+            std::ptr::drop_in_place(&mut inner._tracked);
+        }
+        Ok(inner.raw)
     }
 }
 

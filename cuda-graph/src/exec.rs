@@ -158,6 +158,7 @@ impl Graph {
             launch_event,
             _keep: self.keep.clone(),
             instantiated: memory_nodes.then(|| self.instantiated.clone()),
+            _tracked: crate::track::Tracked::new(crate::track::Kind::ExecGraph),
         })
     }
 }
@@ -180,6 +181,7 @@ pub struct ExecGraph {
     launch_event: Option<Event>,
     _keep: Vec<Keep>,
     instantiated: Option<Arc<AtomicBool>>,
+    _tracked: crate::track::Tracked,
 }
 
 // SAFETY: an executable graph may be launched or destroyed from any thread, one at a time;

@@ -127,6 +127,7 @@ pub struct Graph {
     pub(crate) instantiated: Arc<AtomicBool>,
     /// Whether this value destroys `raw` on drop (false once moved into a parent).
     owns_raw: bool,
+    _tracked: crate::track::Tracked,
 }
 
 // SAFETY: a CUgraph may be used from any thread as long as calls are not concurrent; `Graph`
@@ -176,6 +177,7 @@ impl Graph {
             keep: Vec::new(),
             instantiated: Arc::new(AtomicBool::new(false)),
             owns_raw: true,
+            _tracked: crate::track::Tracked::new(crate::track::Kind::Graph),
         }
     }
 

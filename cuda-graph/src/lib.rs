@@ -111,6 +111,7 @@ mod module;
 mod pool;
 mod stream;
 mod stream_alloc;
+mod track;
 
 pub use alloc::{Access, AllocParams, GraphAllocation};
 pub use capture::{Capture, CaptureMode, capture};
@@ -125,3 +126,4 @@ pub use module::{Function, KernelArgs, LaunchConfig, Module};
 pub use pool::MemPool;
 pub use stream::{AsStream, BorrowedStream, CaptureStatus, Stream, StreamFlags};
 pub use stream_alloc::StreamAllocation;
+pub use track::{LiveObjects, live_objects};

@@ -28,6 +28,7 @@ pub struct DeviceBuffer<T: Copy> {
     len: usize,
     device: Device,
     _type: PhantomData<T>,
+    _tracked: crate::track::Tracked,
 }
 
 // SAFETY: device memory may be used from any thread; the buffer owns its address exclusively.
@@ -51,6 +52,7 @@ impl<T: Copy> DeviceBuffer<T> {
             len,
             device: device.clone(),
             _type: PhantomData,
+            _tracked: crate::track::Tracked::new(crate::track::Kind::DeviceBuffer),
         };
         // SAFETY: the range is the allocation just made.
         check(unsafe { sys::cuMemsetD8(ptr, 0, bytes) }, "cuMemsetD8")?;

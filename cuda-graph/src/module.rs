@@ -20,6 +20,7 @@ pub struct Module {
 struct ModuleInner {
     raw: sys::CUmodule,
     device: Device,
+    _tracked: crate::track::Tracked,
 }
 
 // SAFETY: a module handle is usable from any thread; it is only read after loading.
@@ -68,6 +69,7 @@ impl Module {
             inner: Arc::new(ModuleInner {
                 raw,
                 device: device.clone(),
+                _tracked: crate::track::Tracked::new(crate::track::Kind::Module),
             }),
         })
     }

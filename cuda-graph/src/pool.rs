@@ -11,6 +11,7 @@ use crate::sys;
 pub struct MemPool {
     raw: sys::CUmemoryPool,
     device: Device,
+    _tracked: crate::track::Tracked,
 }
 
 // SAFETY: a pool handle may be used from any thread; the driver synchronizes access.
@@ -36,6 +37,7 @@ impl MemPool {
         Ok(MemPool {
             raw,
             device: device.clone(),
+            _tracked: crate::track::Tracked::new(crate::track::Kind::MemPool),
         })
     }
 

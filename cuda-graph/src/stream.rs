@@ -103,6 +103,7 @@ impl std::ops::BitOr for StreamFlags {
 pub struct Stream {
     raw: sys::CUstream,
     device: Device,
+    _tracked: crate::track::Tracked,
 }
 
 // SAFETY: the driver lets any thread queue work on, synchronize or destroy a stream.
@@ -130,6 +131,7 @@ impl Stream {
         Ok(Stream {
             raw,
             device: device.clone(),
+            _tracked: crate::track::Tracked::new(crate::track::Kind::Stream),
         })
     }
 
@@ -148,14 +150,20 @@ impl Stream {
         Stream {
             raw,
             device: device.clone(),
+            _tracked: crate::track::Tracked::new(crate::track::Kind::Stream),
         }
     }
 
     /// Gives up ownership: the caller destroys the stream.
     pub fn into_raw(self) -> sys::CUstream {
-        let raw = self.raw;
-        std::mem::forget(self);
-        raw
+        let mut this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used again; its other fields are dropped exactly once here and
+        // `Drop for Stream`, which would destroy the handle, does not run.
+        unsafe {
+            std::ptr::drop_in_place(&mut this.device);
+            std::ptr::drop_in_place(&mut this._tracked);
+        }
+        this.raw
     }
 
     /// A borrowed view of this stream.

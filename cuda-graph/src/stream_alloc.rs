@@ -22,6 +22,7 @@ pub struct StreamAllocation<'s, S: AsStream> {
     bytes: usize,
     stream: &'s S,
     freed: bool,
+    _tracked: crate::track::Tracked,
 }
 
 impl<'s, S: AsStream> StreamAllocation<'s, S> {
@@ -66,6 +67,7 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
             bytes,
             stream,
             freed: false,
+            _tracked: crate::track::Tracked::new(crate::track::Kind::StreamAllocation),
         })
     }
 
