@@ -93,6 +93,8 @@
 //! as `used 64.0 MiB (high 64.0 MiB), reserved 64.0 MiB (high 128.0 MiB)`;
 //! [`Device::graph_mem_trim`] returns unused memory to the OS.
 
+#![warn(missing_docs)]
+
 pub use cuda_graph_sys as sys;
 
 mod alloc;
