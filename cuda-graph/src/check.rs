@@ -2,28 +2,63 @@
 //! instantiation. CUDA checks none of them: a node that breaks them silently reads or writes
 //! another allocation's data (G.4.2).
 //!
-//! Rules, for each allocation a graph allocates, uses or frees:
+//! # Rules
 //!
-//! 1. every node that uses it, and its free node, is ordered after its alloc node (node `e` of
-//!    G.3.1 breaks this), when the alloc node is in this graph;
+//! "Ordered after" means a path of edges leads from one node to the other. For each allocation
+//! a graph allocates, uses or frees:
+//!
+//! 1. every node that uses it, and its free node, is ordered after its alloc node, when the alloc
+//!    node is in this graph ([`Rule::NotAfterAlloc`]; node `e` of G.3.1 breaks this);
 //! 2. when this graph frees it, every node that uses it is ordered before the free node: none
-//!    after it, none unordered with it (node `d` of G.3.1);
-//! 3. it is freed at most once in the graph, and by one graph only;
-//! 4. used or freed in a graph other than its owner, it must be live when that graph launches:
-//!    checked at [`ExecGraph::launch`](crate::ExecGraph::launch) in host order. Whether the
-//!    device work of the two graphs is ordered (one stream, events between streams, event
-//!    record/wait nodes) is not visible to this crate when the ordering goes through streams or
-//!    events made elsewhere, and is not checked.
+//!    after it ([`Rule::UseAfterFree`]), none unordered with it ([`Rule::UnorderedWithFree`],
+//!    node `d` of G.3.1);
+//! 3. it is freed at most once in the graph ([`Rule::FreedTwice`]), by one graph only
+//!    ([`Rule::FreedByTwoGraphs`]), and allocated by one alloc node ([`Rule::AllocatedTwice`]);
+//!    every node refers to an allocation that exists ([`Rule::UnknownAllocation`]). Without an
+//!    order there is nothing to check, so dependencies on nodes that do not exist
+//!    ([`Rule::UnknownDependency`]) and cycles ([`Rule::Cycle`]) are reported too (the driver
+//!    would refuse a cycle at instantiation, with a less helpful error);
+//! 4. used or freed in a graph other than its owner (G.3.3), it must be live, and the access
+//!    ordered after the owner's launch. What is checked, and where:
+//!    - within the using graph, rules 2 and 3 (its users are ordered before its free node there);
+//!      rule 1 cannot apply, since the alloc node is in another graph;
+//!    - at [`ExecGraph::launch`](crate::ExecGraph::launch), in host order: a graph that uses or
+//!      frees another graph's allocation is refused unless a launch of the owner has made the
+//!      allocation live and nothing has freed it since; so is relaunching a graph whose previous
+//!      launch left allocations unfreed without AutoFreeOnLaunch
+//!      ([`Error::UnfreedOnRelaunch`], naming them);
+//!    - **not checked**: whether the device work is ordered. G.3.3 orders it by launching on the
+//!      same stream, by events between streams, or by event record/wait nodes. The record knows
+//!      which nodes record or wait on which event, but not which stream a launch goes to, which
+//!      events streams wait on, nor (inside the consuming graph) which event stands for which
+//!      allocation. A consumer launched on an unrelated stream with no event wait, or a kernel
+//!      of the consuming graph that is not ordered after its event wait node, passes these
+//!      checks and may run before the allocation exists or after it is freed.
 //!
 //! Uses are what the builder records: kernel arguments passed with
-//! [`KernelArgs::ptr`](crate::KernelArgs::ptr), memset and memcpy operands, and, in captured
-//! graphs, launches made through [`Capture::launch`](crate::Capture::launch). An address passed
-//! as a plain integer, or work captured through other libraries, is invisible to the checks.
+//! [`KernelArgs::ptr`](crate::KernelArgs::ptr), memset and memcpy operands, child graphs' uses,
+//! and, in captured graphs, launches made through [`Capture::launch`](crate::Capture::launch).
+//! An address passed as a plain integer, or work captured through other libraries, is invisible
+//! to the checks.
 //!
-//! Cost: a topological sort, O(nodes + edges), then for each use one backward search from the
-//! later node that stops at nodes earlier in topological order than the earlier one. On chains
-//! (alloc → users → free) each search ends at once, so the check is linear in nodes plus edges;
-//! the worst case, wide graphs whose uses span many unrelated nodes, is O(uses × (nodes + edges)).
+//! # Errors
+//!
+//! Each [`Violation`] names the offending node and the alloc or free node it must be ordered
+//! with (by label, else by kind and position: `node 'e' (kernel add_u32, #5)`, `free node #4`),
+//! the allocation, and the edge: the missing one whose addition fixes it, or the offending one
+//! (with the whole offending path) that orders the node wrongly. `Display` is one sentence; the
+//! fields carry the same data for programs.
+//!
+//! # Cost
+//!
+//! With `N` nodes, `E` edges and `A` allocations: a topological sort, O(N + E); then the
+//! allocations are taken in batches of 64, in topological order of their alloc (or free) nodes,
+//! and each batch costs one bit-parallel pass over the stretch of the topological order that its
+//! nodes span. For typical graphs, chains alloc → users → free whose nodes lie close together in
+//! that order, the stretches barely overlap and the whole check is linear in nodes plus edges.
+//! The worst case, where every allocation spans the whole graph, is O(⌈A/64⌉ · (N + E)). Finding
+//! the offending path of a [`Rule::UseAfterFree`] costs O(N + E) per violation, on failure only.
+//! Memory: O(N + E + A). `Graph::check` first copies the record into a [`Model`], O(N + E).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -53,7 +88,8 @@ impl fmt::Display for NodeRef {
 }
 
 /// Which rule a violation breaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Rule {
     /// A user (or the free node) is not ordered after the alloc node.
     NotAfterAlloc,
@@ -65,19 +101,95 @@ pub enum Rule {
     FreedTwice,
     /// More than one graph frees the allocation.
     FreedByTwoGraphs,
+    /// More than one alloc node allocates the allocation (possible only in a hand-built
+    /// [`Model`]).
+    AllocatedTwice,
+    /// A node allocates, frees or uses an allocation that does not exist (possible only in a
+    /// hand-built [`Model`]).
+    UnknownAllocation,
+    /// A node depends on a node that does not exist (possible only in a hand-built [`Model`]).
+    UnknownDependency,
+    /// The dependencies form a cycle, so no order exists.
+    Cycle,
 }
 
-/// One broken rule: the allocation, the offending node, and the node it must be ordered with.
+/// One broken rule: the allocation, the offending node, the node it must be ordered with, and
+/// the missing or offending edge.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Violation {
     /// The rule.
     pub rule: Rule,
-    /// The allocation, as its label or number, size and address.
+    /// The allocation, as its label or number, size and address; empty for the rules about
+    /// edges alone ([`Rule::Cycle`], [`Rule::UnknownDependency`]).
     pub allocation: String,
+    /// The allocation's key in the [`Model`] (for a [`Graph`], in [`Graph::model`]); `None` for
+    /// the rules about edges alone.
+    pub key: Option<AllocKey>,
     /// The node that breaks the rule.
     pub node: NodeRef,
-    /// The alloc or free node it must be ordered with (for `FreedTwice`, the first free node).
+    /// The node it must be ordered with or conflicts with: the alloc node
+    /// ([`NotAfterAlloc`](Rule::NotAfterAlloc), [`AllocatedTwice`](Rule::AllocatedTwice): the
+    /// first one), the free node ([`UseAfterFree`](Rule::UseAfterFree),
+    /// [`UnorderedWithFree`](Rule::UnorderedWithFree), [`FreedTwice`](Rule::FreedTwice): the
+    /// first one); `None` otherwise.
     pub other: Option<NodeRef>,
+    /// The edge `(from, to)`, as positions, whose addition (directly, or as a path of edges)
+    /// fixes the violation: `(alloc node, node)` for [`NotAfterAlloc`](Rule::NotAfterAlloc),
+    /// `(node, free node)` for [`UnorderedWithFree`](Rule::UnorderedWithFree) and
+    /// [`UseAfterFree`](Rule::UseAfterFree) (after the offending path is cut).
+    pub missing_edge: Option<(usize, usize)>,
+    /// The edge `(from, to)`, as positions, that orders things wrongly: for
+    /// [`UseAfterFree`](Rule::UseAfterFree), the last edge of the path from the free node to the
+    /// node; for [`Cycle`](Rule::Cycle), the edge that closes the cycle into its lowest-numbered
+    /// node; for [`UnknownDependency`](Rule::UnknownDependency), the dependency on a node that
+    /// does not exist.
+    pub offending_edge: Option<(usize, usize)>,
+    /// For [`UseAfterFree`](Rule::UseAfterFree), a shortest path of edges from the free node to
+    /// the node (both included); for [`Cycle`](Rule::Cycle), the cycle from `node` in edge
+    /// order (its last node has an edge back to `node`); empty otherwise.
+    pub path: Vec<NodeRef>,
+}
+
+impl Violation {
+    /// Whether `node` is a free node (which "frees" rather than "uses" in sentences).
+    fn verb(&self) -> &'static str {
+        if self.node.kind == NodeKind::MemFree {
+            "frees"
+        } else {
+            "uses"
+        }
+    }
+}
+
+/// Writes `a → b → c`, eliding the middle of long paths.
+fn write_path(f: &mut fmt::Formatter<'_>, path: &[NodeRef], close: bool) -> fmt::Result {
+    const KEEP: usize = 6;
+    let mut first = true;
+    let mut item = |f: &mut fmt::Formatter<'_>, text: &dyn fmt::Display| {
+        let sep = if first { "" } else { " → " };
+        first = false;
+        write!(f, "{sep}{text}")
+    };
+    if path.len() <= KEEP {
+        for n in path {
+            item(f, n)?;
+        }
+    } else {
+        for n in &path[..3] {
+            item(f, n)?;
+        }
+        item(f, &format_args!("… ({} more)", path.len() - 5))?;
+        for n in &path[path.len() - 2..] {
+            item(f, n)?;
+        }
+    }
+    if close {
+        if let Some(start) = path.first() {
+            item(f, start)?;
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Display for Violation {
@@ -91,21 +203,69 @@ impl fmt::Display for Violation {
         match self.rule {
             Rule::NotAfterAlloc => write!(
                 f,
-                "{node} uses {alloc} but is not ordered after its alloc node, {other}: add a path of edges from {other} to {node}"
+                "{node} {} {alloc} but is not ordered after its alloc node, {other}: the edge {other} → {node} is missing (add it, or a path of edges between them)",
+                self.verb()
             ),
-            Rule::UseAfterFree => write!(
-                f,
-                "{node} uses {alloc} after its free node, {other}, has freed it: make {other} depend on {node} instead"
-            ),
+            Rule::UseAfterFree => {
+                write!(
+                    f,
+                    "{node} uses {alloc} after its free node, {other}, has freed it, through the offending path "
+                )?;
+                write_path(f, &self.path, false)?;
+                match self
+                    .path
+                    .len()
+                    .checked_sub(2)
+                    .and_then(|i| self.path.get(i))
+                {
+                    Some(last) => write!(
+                        f,
+                        ": cut that path (its last edge is {last} → {node}) and add the edge {node} → {other}"
+                    ),
+                    None => write!(f, ": cut that path and add the edge {node} → {other}"),
+                }
+            }
             Rule::UnorderedWithFree => write!(
                 f,
-                "{node} uses {alloc} but is not ordered before its free node, {other}: add a path of edges from {node} to {other}"
+                "{node} uses {alloc} but is not ordered before its free node, {other}, so it may run after the free: the edge {node} → {other} is missing (add it, or a path of edges between them)"
             ),
-            Rule::FreedTwice => write!(f, "{node} frees {alloc}, which {other} already frees"),
+            Rule::FreedTwice => write!(
+                f,
+                "{node} frees {alloc}, which {other} already frees: an allocation has one free node"
+            ),
             Rule::FreedByTwoGraphs => write!(
                 f,
-                "{node} frees {alloc}, which another graph also frees; an allocation is freed by one graph only"
+                "{node} frees {alloc}, which another graph also frees: an allocation is freed by one graph only"
             ),
+            Rule::AllocatedTwice => write!(
+                f,
+                "{node} allocates {alloc}, which {other} already allocates: an allocation has one alloc node"
+            ),
+            Rule::UnknownAllocation => write!(
+                f,
+                "{node} refers to {alloc}, which is not an allocation of the model"
+            ),
+            Rule::UnknownDependency => {
+                let from = self.offending_edge.map(|(from, _)| from).unwrap_or(0);
+                write!(
+                    f,
+                    "{node} depends on node #{from}, which does not exist: remove the offending edge #{from} → {node}"
+                )
+            }
+            Rule::Cycle => {
+                write!(f, "{node} is on the cycle ")?;
+                write_path(f, &self.path, true)?;
+                match self.path.last() {
+                    Some(last) if self.path.len() > 1 => write!(
+                        f,
+                        ", and a graph with a cycle has no order: remove one of its edges, such as {last} → {node}"
+                    ),
+                    _ => write!(
+                        f,
+                        ", and a graph with a cycle has no order: remove its edge from {node} to itself"
+                    ),
+                }
+            }
         }
     }
 }
@@ -135,36 +295,63 @@ impl fmt::Display for LifetimeError {
 impl std::error::Error for LifetimeError {}
 
 impl Graph {
-    /// Checks the lifetime rules on the record (no GPU needed). [`Graph::instantiate`] does it
-    /// too.
+    /// Checks the lifetime rules on the record (no GPU needed); [`Graph::instantiate`] does it
+    /// too. A graph that uses and frees no graph allocation passes at once. Cost: see
+    /// [the module](crate::check#cost).
     pub fn check(&self) -> Result<()> {
-        let violations = check_model(&self.model());
-        if violations.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::Lifetime(LifetimeError { violations }))
+        let touches = self
+            .nodes
+            .iter()
+            .any(|n| !n.uses.is_empty() || n.mem.iter().any(|op| matches!(op, MemOp::Free(_))));
+        if !touches {
+            return Ok(());
         }
+        let (model, handles) = self.record_model(false);
+        let mut violations = check_model(&model);
+        if violations.is_empty() {
+            return Ok(());
+        }
+        for v in &mut violations {
+            if let Some(a) = v.key.and_then(|k| handles.get(k.0)) {
+                v.allocation = a.to_string();
+            }
+        }
+        Err(Error::Lifetime(LifetimeError { violations }))
     }
 
-    /// The record as a [`Model`]: what the checks see.
+    /// The record as a [`Model`]: what the checks see. Allocations get keys in the order the
+    /// record first mentions them.
     pub fn model(&self) -> Model {
+        self.record_model(true).0
+    }
+
+    /// The model, and the allocation behind each key. Descriptions are left empty unless
+    /// `describe` (formatting them costs more than the check of a chain).
+    fn record_model(&self, describe: bool) -> (Model, Vec<GraphAllocation>) {
         let mut model = Model::new();
+        model.nodes.reserve(self.nodes.len());
         let mut keys: HashMap<u64, AllocKey> = HashMap::new();
+        let mut handles: Vec<GraphAllocation> = Vec::new();
         let mut key = |model: &mut Model, a: &GraphAllocation| {
             *keys.entry(a.id()).or_insert_with(|| {
-                let k = model.add_allocation(a.to_string());
-                if a.free_graphs().iter().filter(|&&g| g != self.id).count() > 0 {
-                    model.set_freed_elsewhere(k);
-                }
-                k
+                handles.push(a.clone());
+                model.add_allocation(if describe {
+                    a.to_string()
+                } else {
+                    String::new()
+                })
             })
         };
         for node in &self.nodes {
-            let deps: Vec<usize> = node.deps.iter().map(|&d| d as usize).collect();
-            let i = model.add_node(node.kind.clone(), &deps);
-            if let Some(label) = &node.label {
-                model.set_label(i, label.clone());
-            }
+            model.nodes.push(ModelNode {
+                kind: node.kind.clone(),
+                label: node.label.clone(),
+                deps: node.deps.iter().map(|&d| d as usize).collect(),
+                allocs: Vec::new(),
+                frees: Vec::new(),
+                uses: Vec::new(),
+            });
+            let i = model.nodes.len() - 1;
             for op in &node.mem {
                 match op {
                     MemOp::Alloc(a) => {
@@ -174,6 +361,11 @@ impl Graph {
                     MemOp::Free(a) => {
                         let k = key(&mut model, a);
                         model.frees(i, k);
+                        if a.free_graphs().iter().any(|&g| g != self.id)
+                            && !model.freed_elsewhere.contains(&k)
+                        {
+                            model.set_freed_elsewhere(k);
+                        }
                     }
                 }
             }
@@ -182,7 +374,7 @@ impl Graph {
                 model.uses(i, k);
             }
         }
-        model
+        (model, handles)
     }
 }
 
@@ -210,6 +402,9 @@ pub struct ModelNode {
 /// What the checks read: nodes, edges, and which node allocates, frees or uses which
 /// allocation. [`Graph::model`] makes one from a graph's record; tests and tools can build one
 /// directly, without a GPU.
+///
+/// Anything can be written into the public fields: [`check_model`] never panics on a model, and
+/// reports keys and dependencies that point nowhere as violations.
 #[derive(Debug, Clone, Default)]
 pub struct Model {
     /// The nodes, in the order added; dependencies point to earlier or later positions.
@@ -246,6 +441,10 @@ impl Model {
     }
 
     /// Adds the edge `from → to`.
+    ///
+    /// # Panics
+    ///
+    /// If `to` is not a node of the model.
     pub fn add_edge(&mut self, from: usize, to: usize) {
         if !self.nodes[to].deps.contains(&from) {
             self.nodes[to].deps.push(from);
@@ -253,21 +452,37 @@ impl Model {
     }
 
     /// Labels a node.
+    ///
+    /// # Panics
+    ///
+    /// If `node` is not a node of the model.
     pub fn set_label(&mut self, node: usize, label: impl Into<String>) {
         self.nodes[node].label = Some(label.into());
     }
 
     /// `node` allocates `allocation`.
+    ///
+    /// # Panics
+    ///
+    /// If `node` is not a node of the model.
     pub fn allocates(&mut self, node: usize, allocation: AllocKey) {
         self.nodes[node].allocs.push(allocation);
     }
 
     /// `node` frees `allocation`.
+    ///
+    /// # Panics
+    ///
+    /// If `node` is not a node of the model.
     pub fn frees(&mut self, node: usize, allocation: AllocKey) {
         self.nodes[node].frees.push(allocation);
     }
 
     /// `node` uses `allocation`.
+    ///
+    /// # Panics
+    ///
+    /// If `node` is not a node of the model.
     pub fn uses(&mut self, node: usize, allocation: AllocKey) {
         if !self.nodes[node].uses.contains(&allocation) {
             self.nodes[node].uses.push(allocation);
@@ -280,155 +495,500 @@ impl Model {
     }
 }
 
-/// What the model says about one allocation.
-#[derive(Default, Clone)]
-struct Lifetime {
-    alloc_node: Option<usize>,
-    free_nodes: Vec<usize>,
-    users: Vec<usize>,
+/// No node, no position.
+const NONE: u32 = u32::MAX;
+
+/// A violation before its nodes are named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Found {
+    rule: Rule,
+    node: u32,
+    key: Option<usize>,
+    other: Option<u32>,
+    missing: Option<(u32, u32)>,
+    offending: Option<(usize, usize)>,
+    path: Vec<u32>,
 }
 
-/// Checks a model against the rules; returns every violation, ordered by node.
+impl Found {
+    fn new(rule: Rule, node: usize, key: Option<usize>, other: Option<u32>) -> Found {
+        Found {
+            rule,
+            node: node as u32,
+            key,
+            other,
+            missing: None,
+            offending: None,
+            path: Vec::new(),
+        }
+    }
+}
+
+/// Lists of `u32` grouped by an index (compressed sparse rows).
+struct Rows {
+    start: Vec<u32>,
+    items: Vec<u32>,
+}
+
+impl Rows {
+    /// Groups `(row, item)` pairs by row, keeping their order within each row.
+    fn from_pairs(rows: usize, pairs: &[(u32, u32)]) -> Rows {
+        let mut start = vec![0u32; rows + 1];
+        for &(r, _) in pairs {
+            start[r as usize + 1] += 1;
+        }
+        for r in 0..rows {
+            start[r + 1] += start[r];
+        }
+        let mut fill = start.clone();
+        let mut items = vec![0u32; pairs.len()];
+        for &(r, item) in pairs {
+            items[fill[r as usize] as usize] = item;
+            fill[r as usize] += 1;
+        }
+        Rows { start, items }
+    }
+
+    #[inline]
+    fn row(&self, r: usize) -> &[u32] {
+        &self.items[self.start[r] as usize..self.start[r + 1] as usize]
+    }
+}
+
+/// Checks a model against the rules; returns every violation, ordered by node, then rule.
+/// Cost: see [the module](crate::check#cost).
 pub fn check_model(model: &Model) -> Vec<Violation> {
+    let n = model.nodes.len();
+    let keys = model.allocations.len();
+    let mut found: Vec<Found> = Vec::new();
+
+    // Edges, by node, without the ones to nodes that do not exist; and the allocation
+    // references, grouped by allocation in node order.
+    let mut edge_pairs: Vec<(u32, u32)> = Vec::new();
+    let (mut alloc_pairs, mut free_pairs, mut use_pairs) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, node) in model.nodes.iter().enumerate() {
+        for &d in &node.deps {
+            if d < n {
+                edge_pairs.push((i as u32, d as u32));
+            } else {
+                let mut v = Found::new(Rule::UnknownDependency, i, None, None);
+                v.offending = Some((d, i));
+                found.push(v);
+            }
+        }
+        for (list, pairs) in [
+            (&node.allocs, &mut alloc_pairs),
+            (&node.frees, &mut free_pairs),
+            (&node.uses, &mut use_pairs),
+        ] {
+            for (j, k) in list.iter().enumerate() {
+                if list[..j].contains(k) {
+                    continue;
+                }
+                if k.0 < keys {
+                    pairs.push((k.0 as u32, i as u32));
+                } else {
+                    found.push(Found::new(Rule::UnknownAllocation, i, Some(k.0), None));
+                }
+            }
+        }
+    }
+    let deps = Rows::from_pairs(n, &edge_pairs);
+    let allocs = Rows::from_pairs(keys, &alloc_pairs);
+    let frees = Rows::from_pairs(keys, &free_pairs);
+    let users = Rows::from_pairs(keys, &use_pairs);
+    drop((edge_pairs, alloc_pairs, free_pairs, use_pairs));
+
+    let mut elsewhere = vec![false; keys];
+    for k in &model.freed_elsewhere {
+        if let Some(e) = elsewhere.get_mut(k.0) {
+            *e = true;
+        }
+    }
+    for (k, &freed_elsewhere) in elsewhere.iter().enumerate() {
+        for (row, rule) in [
+            (allocs.row(k), Rule::AllocatedTwice),
+            (frees.row(k), Rule::FreedTwice),
+        ] {
+            if let Some((&first, rest)) = row.split_first() {
+                for &again in rest {
+                    found.push(Found::new(rule, again as usize, Some(k), Some(first)));
+                }
+            }
+        }
+        if let (Some(&f), true) = (frees.row(k).first(), freed_elsewhere) {
+            found.push(Found::new(
+                Rule::FreedByTwoGraphs,
+                f as usize,
+                Some(k),
+                None,
+            ));
+        }
+    }
+
+    match Order::new(n, &deps) {
+        Ok(order) => order.check(&allocs, &frees, &users, &mut found),
+        Err(cycle) => found.push(cycle),
+    }
+    name(model, found)
+}
+
+/// Sorts, deduplicates and names the violations.
+fn name(model: &Model, mut found: Vec<Found>) -> Vec<Violation> {
+    found.sort_by(|a, b| {
+        (a.node, a.rule, a.key, a.other, a.offending).cmp(&(
+            b.node,
+            b.rule,
+            b.key,
+            b.other,
+            b.offending,
+        ))
+    });
+    found.dedup();
     let nodes = &model.nodes;
-    let mut lifetimes = vec![Lifetime::default(); model.allocations.len()];
-    for (i, node) in nodes.iter().enumerate() {
-        for k in &node.allocs {
-            lifetimes[k.0].alloc_node = Some(i);
-        }
-        for k in &node.frees {
-            lifetimes[k.0].free_nodes.push(i);
-        }
-        for k in &node.uses {
-            lifetimes[k.0].users.push(i);
-        }
-    }
-    if lifetimes
-        .iter()
-        .all(|l| l.free_nodes.is_empty() && l.users.is_empty())
-    {
-        return Vec::new();
-    }
-    let mut reach = Reachability::new(nodes);
-    let name = |i: usize| NodeRef {
-        index: i,
-        kind: nodes[i].kind.clone(),
-        label: nodes[i].label.clone(),
+    let name = |i: u32| NodeRef {
+        index: i as usize,
+        kind: nodes[i as usize].kind.clone(),
+        label: nodes[i as usize].label.clone(),
     };
-    let mut violations = Vec::new();
-    for (k, life) in lifetimes.iter().enumerate() {
-        let mut violation = |rule, node, other: Option<usize>| {
-            violations.push(Violation {
-                rule,
-                allocation: model.allocations[k].clone(),
-                node: name(node),
-                other: other.map(name),
-            })
-        };
-        if let Some(a) = life.alloc_node {
-            for &n in life.users.iter().chain(&life.free_nodes) {
-                if !reach.reaches(a, n) {
-                    violation(Rule::NotAfterAlloc, n, Some(a));
-                }
-            }
-        }
-        if let Some((&first, rest)) = life.free_nodes.split_first() {
-            for &again in rest {
-                violation(Rule::FreedTwice, again, Some(first));
-            }
-            for &u in &life.users {
-                if !reach.reaches(u, first) {
-                    let rule = if reach.reaches(first, u) {
-                        Rule::UseAfterFree
-                    } else {
-                        Rule::UnorderedWithFree
-                    };
-                    violation(rule, u, Some(first));
-                }
-            }
-            if model.freed_elsewhere.contains(&AllocKey(k)) {
-                violation(Rule::FreedByTwoGraphs, first, None);
-            }
-        }
-    }
-    violations.sort_by_key(|v| (v.node.index, v.rule as u8));
-    violations
+    found
+        .into_iter()
+        .map(|v| Violation {
+            rule: v.rule,
+            allocation: match v.key {
+                Some(k) => match model.allocations.get(k) {
+                    Some(description) => description.clone(),
+                    None => format!("allocation key #{k}"),
+                },
+                None => String::new(),
+            },
+            key: v.key.map(AllocKey),
+            node: name(v.node),
+            other: v.other.map(name),
+            missing_edge: v.missing.map(|(a, b)| (a as usize, b as usize)),
+            offending_edge: v.offending,
+            path: v.path.into_iter().map(name).collect(),
+        })
+        .collect()
 }
 
-/// Reachability queries on a DAG: `reaches(from, to)` searches backwards from `to`, pruning at
-/// nodes that come before `from` in topological order.
-struct Reachability<'a> {
-    nodes: &'a [ModelNode],
-    /// Topological position of each node.
-    order: Vec<u32>,
-    /// Visit stamps, so that no query clears the array.
-    stamp: Vec<u32>,
-    generation: u32,
-    stack: Vec<u32>,
+/// A topological order, and the dependencies by position.
+struct Order {
+    /// Position of each node.
+    pos: Vec<u32>,
+    /// Node at each position.
+    node: Vec<u32>,
+    /// Dependencies of the node at each position, as positions (all smaller).
+    deps: Rows,
 }
 
-impl<'a> Reachability<'a> {
-    fn new(nodes: &'a [ModelNode]) -> Self {
-        // Kahn's algorithm over the dependency lists.
-        let n = nodes.len();
-        let mut indegree = vec![0u32; n];
-        let mut children: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for (i, node) in nodes.iter().enumerate() {
-            indegree[i] = node.deps.len() as u32;
-            for &d in &node.deps {
-                children[d].push(i as u32);
-            }
-        }
-        let mut queue: Vec<u32> = (0..n as u32)
+/// One job of a batch: an allocation's key and the stretch of positions its nodes span.
+#[derive(Clone, Copy)]
+struct Span {
+    lo: u32,
+    hi: u32,
+    key: u32,
+}
+
+impl Order {
+    /// Kahn's algorithm, with a stack: chains stay together in the order. A cycle comes back as
+    /// its violation.
+    fn new(n: usize, deps: &Rows) -> std::result::Result<Order, Found> {
+        let mut indegree: Vec<u32> = (0..n).map(|i| deps.start[i + 1] - deps.start[i]).collect();
+        let child_pairs: Vec<(u32, u32)> = (0..n)
+            .flat_map(|i| deps.row(i).iter().map(move |&d| (d, i as u32)))
+            .collect();
+        let children = Rows::from_pairs(n, &child_pairs);
+        drop(child_pairs);
+        // Roots in reverse, so that the first root is taken first.
+        let mut stack: Vec<u32> = (0..n as u32)
+            .rev()
             .filter(|&i| indegree[i as usize] == 0)
             .collect();
-        let mut order = vec![u32::MAX; n];
-        let mut next = 0;
-        while let Some(i) = queue.pop() {
-            order[i as usize] = next;
-            next += 1;
-            for &c in &children[i as usize] {
+        let mut pos = vec![NONE; n];
+        let mut node = Vec::with_capacity(n);
+        while let Some(v) = stack.pop() {
+            pos[v as usize] = node.len() as u32;
+            node.push(v);
+            for &c in children.row(v as usize).iter().rev() {
                 indegree[c as usize] -= 1;
                 if indegree[c as usize] == 0 {
-                    queue.push(c);
+                    stack.push(c);
                 }
             }
         }
-        Reachability {
-            nodes,
-            order,
-            stamp: vec![0; n],
-            generation: 0,
-            stack: Vec::new(),
+        if node.len() < n {
+            return Err(find_cycle(&pos, deps));
+        }
+        let pairs: Vec<(u32, u32)> = node
+            .iter()
+            .enumerate()
+            .flat_map(|(p, &v)| {
+                let pos = &pos;
+                deps.row(v as usize)
+                    .iter()
+                    .map(move |&d| (p as u32, pos[d as usize]))
+            })
+            .collect();
+        let deps = Rows::from_pairs(n, &pairs);
+        Ok(Order { pos, node, deps })
+    }
+
+    /// Rules 1 and 2 for every allocation.
+    fn check(&self, allocs: &Rows, frees: &Rows, users: &Rows, found: &mut Vec<Found>) {
+        let keys = allocs.start.len() - 1;
+        let pos = &self.pos;
+        let mut mask = vec![0u64; self.node.len()];
+
+        // Rule 1: forward from each alloc node to its users and free nodes (a node that both
+        // uses and frees is found twice, and deduplicated with the rest).
+        let targets = |k: usize| users.row(k).iter().chain(frees.row(k));
+        // Allocations by their (first) alloc node, then by their (first) free node: scanning
+        // the order through these gives the spans sorted by start, or by end.
+        let by_node = |rows: &Rows| {
+            let pairs: Vec<(u32, u32)> = (0..keys)
+                .filter_map(|k| rows.row(k).first().map(|&v| (v, k as u32)))
+                .collect();
+            Rows::from_pairs(self.node.len(), &pairs)
+        };
+        let allocated_at = by_node(allocs);
+        let mut spans = Vec::new();
+        for (&v, k) in self
+            .node
+            .iter()
+            .flat_map(|v| allocated_at.row(*v as usize).iter().map(move |k| (v, k)))
+        {
+            let (a, k) = (v, *k as usize);
+            let lo = pos[a as usize];
+            let mut hi = lo;
+            for &t in targets(k) {
+                let p = pos[t as usize];
+                if p < lo {
+                    let mut v = Found::new(Rule::NotAfterAlloc, t as usize, Some(k), Some(a));
+                    v.missing = Some((a, t));
+                    found.push(v);
+                }
+                hi = hi.max(p);
+            }
+            if hi > lo {
+                spans.push(Span {
+                    lo,
+                    hi,
+                    key: k as u32,
+                });
+            }
+        }
+        for batch in spans.chunks(64) {
+            let (lo, hi) = bounds(batch);
+            mask[lo..=hi].fill(0);
+            for (j, s) in batch.iter().enumerate() {
+                mask[s.lo as usize] |= 1 << j;
+            }
+            self.forward(&mut mask, lo, hi);
+            for (j, s) in batch.iter().enumerate() {
+                let k = s.key as usize;
+                let a = allocs.row(k)[0];
+                for &t in targets(k) {
+                    let p = pos[t as usize];
+                    if p > s.lo && mask[p as usize] & (1 << j) == 0 {
+                        let mut v = Found::new(Rule::NotAfterAlloc, t as usize, Some(k), Some(a));
+                        v.missing = Some((a, t));
+                        found.push(v);
+                    }
+                }
+            }
+        }
+
+        // Rule 2: backward from each (first) free node to the users.
+        let mut late: Vec<(u32, u32, u32)> = Vec::new(); // (key, user, free)
+        spans.clear();
+        let freed_at = by_node(frees);
+        for (&v, k) in self
+            .node
+            .iter()
+            .flat_map(|v| freed_at.row(*v as usize).iter().map(move |k| (v, k)))
+        {
+            let (f, k) = (v, *k as usize);
+            let hi = pos[f as usize];
+            let mut lo = hi;
+            for &u in users.row(k) {
+                let p = pos[u as usize];
+                if p > hi {
+                    late.push((k as u32, u, f));
+                }
+                lo = lo.min(p);
+            }
+            if lo < hi {
+                spans.push(Span {
+                    lo,
+                    hi,
+                    key: k as u32,
+                });
+            }
+        }
+        for batch in spans.chunks(64) {
+            let (lo, hi) = bounds(batch);
+            mask[lo..=hi].fill(0);
+            for (j, s) in batch.iter().enumerate() {
+                mask[s.hi as usize] |= 1 << j;
+            }
+            self.backward(&mut mask, lo, hi);
+            for (j, s) in batch.iter().enumerate() {
+                let k = s.key as usize;
+                let f = frees.row(k)[0];
+                for &u in users.row(k) {
+                    let p = pos[u as usize];
+                    if p < s.hi && mask[p as usize] & (1 << j) == 0 {
+                        // Before the free in the order, so the free cannot reach it.
+                        let mut v =
+                            Found::new(Rule::UnorderedWithFree, u as usize, Some(k), Some(f));
+                        v.missing = Some((u, f));
+                        found.push(v);
+                    }
+                }
+            }
+        }
+        // Users after the free in the order: reached from it (use after free), or unordered.
+        let mut search = PathSearch::new(self.node.len());
+        for (k, u, f) in late {
+            let mut v = Found::new(
+                Rule::UnorderedWithFree,
+                u as usize,
+                Some(k as usize),
+                Some(f),
+            );
+            v.missing = Some((u, f));
+            if let Some(path) = search.path(self, f, u) {
+                v.rule = Rule::UseAfterFree;
+                let last = path[path.len() - 2];
+                v.offending = Some((last as usize, u as usize));
+                v.path = path;
+            }
+            found.push(v);
         }
     }
 
-    /// Whether a path of edges leads from `from` to `to` (a node reaches itself).
-    fn reaches(&mut self, from: usize, to: usize) -> bool {
-        if from == to {
-            return true;
-        }
-        let floor = self.order[from];
-        if self.order[to] <= floor {
-            return false;
-        }
-        self.generation += 1;
-        self.stack.clear();
-        self.stack.push(to as u32);
-        self.stamp[to] = self.generation;
-        while let Some(v) = self.stack.pop() {
-            for &d in &self.nodes[v as usize].deps {
-                if d == from {
-                    return true;
+    /// Propagates each position's bits to its dependents, within `lo..=hi`.
+    fn forward(&self, mask: &mut [u64], lo: usize, hi: usize) {
+        for p in lo + 1..=hi {
+            let mut m = mask[p];
+            for &q in self.deps.row(p) {
+                if q as usize >= lo {
+                    m |= mask[q as usize];
                 }
-                if self.stamp[d] != self.generation && self.order[d] > floor {
-                    self.stamp[d] = self.generation;
-                    self.stack.push(d as u32);
+            }
+            mask[p] = m;
+        }
+    }
+
+    /// Propagates each position's bits to its dependencies, within `lo..=hi`.
+    fn backward(&self, mask: &mut [u64], lo: usize, hi: usize) {
+        for p in (lo + 1..=hi).rev() {
+            let m = mask[p];
+            if m == 0 {
+                continue;
+            }
+            for &q in self.deps.row(p) {
+                if q as usize >= lo {
+                    mask[q as usize] |= m;
                 }
             }
         }
-        false
     }
+}
+
+/// The stretch of positions a batch spans.
+fn bounds(batch: &[Span]) -> (usize, usize) {
+    let lo = batch.iter().map(|s| s.lo).min().unwrap_or(0) as usize;
+    let hi = batch.iter().map(|s| s.hi).max().unwrap_or(0) as usize;
+    (lo, hi)
+}
+
+/// Breadth-first searches for offending paths, sharing their buffers.
+struct PathSearch {
+    stamp: Vec<u32>,
+    parent: Vec<u32>,
+    generation: u32,
+    queue: Vec<u32>,
+}
+
+impl PathSearch {
+    fn new(n: usize) -> PathSearch {
+        PathSearch {
+            stamp: vec![0; n],
+            parent: vec![NONE; n],
+            generation: 0,
+            queue: Vec::new(),
+        }
+    }
+
+    /// A shortest path of edges from node `from` to node `to`, as nodes, if there is one.
+    fn path(&mut self, order: &Order, from: u32, to: u32) -> Option<Vec<u32>> {
+        let (start, goal) = (order.pos[to as usize], order.pos[from as usize]);
+        if goal >= start {
+            return None;
+        }
+        self.generation += 1;
+        self.queue.clear();
+        self.queue.push(start);
+        self.stamp[start as usize] = self.generation;
+        let mut head = 0;
+        while head < self.queue.len() {
+            let p = self.queue[head];
+            head += 1;
+            for &q in order.deps.row(p as usize) {
+                if q < goal || self.stamp[q as usize] == self.generation {
+                    continue;
+                }
+                self.stamp[q as usize] = self.generation;
+                self.parent[q as usize] = p;
+                if q == goal {
+                    // Follow the parents from the goal (`from`) forward to `to`.
+                    let mut path = vec![from];
+                    let mut at = goal;
+                    while at != start {
+                        at = self.parent[at as usize];
+                        path.push(order.node[at as usize]);
+                    }
+                    return Some(path);
+                }
+                self.queue.push(q);
+            }
+        }
+        None
+    }
+}
+
+/// A cycle among the nodes Kahn's algorithm could not order (each has a dependency among them),
+/// from its lowest-numbered node in edge order.
+fn find_cycle(pos: &[u32], deps: &Rows) -> Found {
+    let n = pos.len();
+    let unordered = |v: u32| pos[v as usize] == NONE;
+    let start = (0..n as u32).find(|&v| unordered(v)).unwrap_or(0);
+    // Walk dependencies (against the edges) until a node repeats.
+    let mut seen = vec![NONE; n];
+    let mut walk = Vec::new();
+    let mut v = start;
+    while seen[v as usize] == NONE {
+        seen[v as usize] = walk.len() as u32;
+        walk.push(v);
+        v = deps
+            .row(v as usize)
+            .iter()
+            .copied()
+            .find(|&d| unordered(d))
+            .unwrap_or(v);
+    }
+    let mut cycle = walk.split_off(seen[v as usize] as usize);
+    cycle.reverse(); // edge order
+    let lowest = (0..cycle.len()).min_by_key(|&i| cycle[i]).unwrap_or(0);
+    cycle.rotate_left(lowest);
+    let first = cycle[0];
+    let last = cycle[cycle.len() - 1];
+    let mut v = Found::new(Rule::Cycle, first as usize, None, None);
+    v.offending = Some((last as usize, first as usize));
+    v.path = cycle;
+    v
 }
 
 #[cfg(test)]
@@ -470,5 +1030,22 @@ mod tests {
             ]
         );
         assert!(v[1].to_string().contains("node 'e'"), "{}", v[1]);
+    }
+
+    /// The walk in `find_cycle` follows a dependency among the unordered nodes each time.
+    #[test]
+    fn cycle_is_reported_in_edge_order_from_its_lowest_node() {
+        let mut m = Model::new();
+        let x = m.add_node(NodeKind::Empty, &[]);
+        let a = m.add_node(NodeKind::Empty, &[x]);
+        let b = m.add_node(NodeKind::Empty, &[a]);
+        let c = m.add_node(NodeKind::Empty, &[b]);
+        m.add_edge(c, a);
+        let v = check_model(&m);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].rule, Rule::Cycle);
+        let path: Vec<usize> = v[0].path.iter().map(|n| n.index).collect();
+        assert_eq!(path, vec![a, b, c]);
+        assert_eq!(v[0].offending_edge, Some((c, a)));
     }
 }

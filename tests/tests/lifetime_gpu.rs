@@ -1,0 +1,279 @@
+//! The lifetime check prevents a real fault, not a theoretical one (G.4.1, G.4.2 of
+//! `shared/seeds/000_fa0176e0d1c452bf.txt`).
+//!
+//! Each test builds a graph in which a kernel writes an allocation `x` outside its lifetime (after
+//! its free node, or unordered with it) while a later alloc node, ordered after that free node,
+//! makes allocation `y`, which the driver may place at `x`'s address. `y` is filled with
+//! [`VICTIM`] and copied out to a plain device buffer.
+//!
+//! - `instantiate` refuses the graph with an error that names the kernel, `x`, the free node and
+//!   the edge;
+//! - `instantiate_unchecked` runs it, and the copy of `y` is read back: words equal to [`BAD`]
+//!   are `y`'s data overwritten through the dead `x`. If the hardware does not show it, the test
+//!   prints `NOT REPRODUCED` with the reason and passes; when it does, `REPRODUCED`.
+//! - The same kernels in a legal order give `VICTIM` everywhere (the control).
+//!
+//! Without a GPU each test prints `SKIPPED <test>: no GPU (...)`; with `CUDA_GRAPH_REQUIRE_GPU=1`
+//! it fails instead. Run them one test per process (`cargo nextest`): a graph that faults leaves
+//! the context unusable.
+
+use cuda_graph::check::Rule;
+use cuda_graph::{
+    AllocParams, AsStream, Device, DeviceBuffer, Error, Function, Graph, GraphAllocation,
+    InstantiateFlags, KernelArgs, LaunchConfig, Module, Node, Stream,
+};
+
+/// Words per allocation (4 MiB).
+const N: usize = 1 << 20;
+/// What `y` holds when nothing corrupts it.
+const VICTIM: u32 = 0x600D_600D;
+/// What the kernel that breaks the rules writes through `x`.
+const BAD: u32 = 0xBAD0_BAD0;
+/// `spin_then_fill_u32`'s delay in clock cycles: about 25 ms at 2 GHz, far longer than the
+/// free → alloc → fill chain beside it.
+const SPINS: u64 = 50_000_000;
+
+/// Device 0, or `None` after printing why the test is skipped (a failure with
+/// `CUDA_GRAPH_REQUIRE_GPU=1`).
+fn gpu(test: &str) -> Option<Device> {
+    match Device::get(0) {
+        Ok(device) => Some(device),
+        Err(e) => {
+            if std::env::var("CUDA_GRAPH_REQUIRE_GPU").is_ok_and(|v| v.trim() == "1") {
+                panic!("{test}: CUDA_GRAPH_REQUIRE_GPU=1 but no GPU is usable: {e}");
+            }
+            println!("SKIPPED {test}: no GPU ({e})");
+            None
+        }
+    }
+}
+
+struct Kernels {
+    fill: Function,
+    spin_then_fill: Function,
+    copy: Function,
+}
+
+impl Kernels {
+    fn load(device: &Device) -> Kernels {
+        let module = Module::from_ptx(device, cuda_graph::kernels::PTX).expect("load the PTX");
+        let f = |name| module.function(name).expect("kernel");
+        Kernels {
+            fill: f("fill_u32"),
+            spin_then_fill: f("spin_then_fill_u32"),
+            copy: f("copy_u32"),
+        }
+    }
+}
+
+fn config() -> LaunchConfig {
+    LaunchConfig::for_elements(N as u64, 256)
+}
+
+/// `fill_u32(target, N, value)` after `deps`.
+fn fill(g: &mut Graph, k: &Kernels, deps: &[Node], target: &GraphAllocation, value: u32) -> Node {
+    let args = KernelArgs::new().ptr(target).value(N as u64).value(value);
+    // SAFETY: fill_u32(unsigned* p, unsigned long long n, unsigned v); `target` holds N words.
+    unsafe { g.add_kernel_node(deps, &k.fill, config(), &args) }.expect("kernel node")
+}
+
+/// `spin_then_fill_u32(target, N, value, SPINS)` after `deps`, on a few blocks so that other
+/// work runs beside it.
+fn spin_then_fill(
+    g: &mut Graph,
+    k: &Kernels,
+    deps: &[Node],
+    target: &GraphAllocation,
+    value: u32,
+) -> Node {
+    let args = KernelArgs::new()
+        .ptr(target)
+        .value(N as u64)
+        .value(value)
+        .value(SPINS);
+    let few = LaunchConfig {
+        grid: (4, 1, 1),
+        ..config()
+    };
+    // SAFETY: spin_then_fill_u32(unsigned* p, unsigned long long n, unsigned v,
+    // unsigned long long spins); `target` holds N words.
+    unsafe { g.add_kernel_node(deps, &k.spin_then_fill, few, &args) }.expect("kernel node")
+}
+
+/// `copy_u32(out, src, N)` after `deps`.
+fn copy_out(
+    g: &mut Graph,
+    k: &Kernels,
+    deps: &[Node],
+    out: &DeviceBuffer<u32>,
+    src: &GraphAllocation,
+) -> Node {
+    let args = KernelArgs::new().ptr(out).ptr(src).value(N as u64);
+    // SAFETY: copy_u32(unsigned* dst, const unsigned* src, unsigned long long n); both hold N
+    // words and do not overlap (one is cuMemAlloc memory, the other graph memory).
+    unsafe { g.add_kernel_node(deps, &k.copy, config(), &args) }.expect("kernel node")
+}
+
+fn alloc(g: &mut Graph, device: &Device, deps: &[Node], label: &str) -> (Node, GraphAllocation) {
+    g.add_mem_alloc_node(deps, &AllocParams::new(device, N * 4).label(label))
+        .expect("alloc node")
+}
+
+/// The lifetime error of `instantiate`, which must refuse the graph.
+fn refused(graph: &Graph) -> cuda_graph::check::LifetimeError {
+    let checked = graph.check();
+    match graph.instantiate(InstantiateFlags::NONE) {
+        Err(Error::Lifetime(e)) => {
+            assert_eq!(checked, Err(Error::Lifetime(e.clone())));
+            println!("instantiate refused the graph: {e}");
+            e
+        }
+        Err(e) => panic!("instantiate failed, but not with the lifetime check: {e}"),
+        Ok(_) => panic!("instantiate accepted a graph that breaks the lifetime rules"),
+    }
+}
+
+/// Launches the graph without the check and reports what `out` holds: `Ok(corrupted words)`,
+/// or `Err` when the launch faulted.
+fn run_unchecked(graph: &Graph, stream: &Stream, out: &DeviceBuffer<u32>) -> Result<usize, Error> {
+    let exec = graph.instantiate_unchecked(InstantiateFlags::NONE)?;
+    exec.launch(stream)?;
+    stream.synchronize()?;
+    let data = out.to_vec()?;
+    let bad = data.iter().filter(|&&w| w == BAD).count();
+    let other = data.iter().filter(|&&w| w != BAD && w != VICTIM).count();
+    assert_eq!(other, 0, "words that are neither VICTIM nor BAD");
+    Ok(bad)
+}
+
+/// Prints whether the corruption reproduced; never fails on hardware that does not show it.
+fn report(test: &str, x: &GraphAllocation, y: &GraphAllocation, outcome: Result<usize, Error>) {
+    let same = if x.ptr() == y.ptr() {
+        format!("y reuses x's address {:#x}", x.ptr())
+    } else {
+        format!(
+            "y is at {:#x}, x at {:#x} (no address reuse)",
+            y.ptr(),
+            x.ptr()
+        )
+    };
+    match outcome {
+        Ok(0) => println!(
+            "NOT REPRODUCED {test}: {same}; every word of y still holds {VICTIM:#x} after the unchecked launch (this hardware or driver did not let the dead write reach y)"
+        ),
+        Ok(bad) => println!(
+            "REPRODUCED {test}: {same}; {bad} of {N} words of y read {BAD:#x} instead of {VICTIM:#x}: the graph the check refuses overwrote another allocation's live data"
+        ),
+        Err(e) => println!(
+            "REPRODUCED {test} (as a fault rather than silent corruption): {same}; the unchecked graph failed: {e}"
+        ),
+    }
+}
+
+/// The control: the same kernels, legally ordered, leave `y` intact.
+fn legal_control(device: &Device, k: &Kernels, stream: &Stream) {
+    let mut g = Graph::new(device).expect("graph");
+    let out = DeviceBuffer::<u32>::zeroed(device, N).expect("buffer");
+    let (ax, x) = alloc(&mut g, device, &[], "x");
+    let late = spin_then_fill(&mut g, k, &[ax], &x, BAD);
+    let fx = g.add_mem_free_node(&[late], &x).expect("free node");
+    let (ay, y) = alloc(&mut g, device, &[fx], "y");
+    let fy_fill = fill(&mut g, k, &[ay], &y, VICTIM);
+    let c = copy_out(&mut g, k, &[fy_fill], &out, &y);
+    g.add_mem_free_node(&[c], &y).expect("free node");
+    g.check().expect("the legal graph passes the check");
+    let exec = g.instantiate(InstantiateFlags::NONE).expect("instantiate");
+    exec.launch(stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    let data = out.to_vec().expect("read back");
+    assert!(
+        data.iter().all(|&w| w == VICTIM),
+        "the legal graph corrupted y"
+    );
+}
+
+#[test]
+fn use_after_free_is_refused_and_overwrites_the_next_allocation_unchecked() {
+    const TEST: &str = "use_after_free_is_refused_and_overwrites_the_next_allocation_unchecked";
+    let Some(device) = gpu(TEST) else { return };
+    let k = Kernels::load(&device);
+    let stream = Stream::new(&device).expect("stream");
+    legal_control(&device, &k, &stream);
+
+    // x: alloc → fill → free; y: alloc after x's free (may reuse x's address) → fill VICTIM;
+    // then "late" writes x after y's fill, and y is copied out.
+    let mut g = Graph::new(&device).expect("graph");
+    let out = DeviceBuffer::<u32>::zeroed(&device, N).expect("buffer");
+    let (ax, x) = alloc(&mut g, &device, &[], "x");
+    let fx_fill = fill(&mut g, &k, &[ax], &x, 1);
+    let fx = g.add_mem_free_node(&[fx_fill], &x).expect("free node");
+    g.set_label(fx, "free x").unwrap();
+    let (ay, y) = alloc(&mut g, &device, &[fx], "y");
+    let fy_fill = fill(&mut g, &k, &[ay], &y, VICTIM);
+    g.set_label(fy_fill, "fill y").unwrap();
+    let late = fill(&mut g, &k, &[fy_fill], &x, BAD);
+    g.set_label(late, "late").unwrap();
+    let c = copy_out(&mut g, &k, &[late], &out, &y);
+    g.add_mem_free_node(&[c], &y).expect("free node");
+
+    let e = refused(&g);
+    assert_eq!(e.violations.len(), 1, "{:#?}", e.violations);
+    let v = &e.violations[0];
+    assert_eq!(v.rule, Rule::UseAfterFree);
+    assert_eq!(v.node.index, late.index());
+    assert_eq!(v.node.label.as_deref(), Some("late"));
+    assert_eq!(v.allocation, "allocation 'x'");
+    assert_eq!(v.other.as_ref().map(|o| o.index), Some(fx.index()));
+    let path: Vec<usize> = v.path.iter().map(|n| n.index).collect();
+    assert_eq!(
+        path,
+        [fx.index(), ay.index(), fy_fill.index(), late.index()]
+    );
+    assert_eq!(v.offending_edge, Some((fy_fill.index(), late.index())));
+    let s = e.to_string();
+    assert!(
+        s.contains("node 'late' (kernel fill_u32, #")
+            && s.contains("uses allocation 'x' after its free node, node 'free x' (free node, #"),
+        "{s}"
+    );
+
+    report(TEST, &x, &y, run_unchecked(&g, &stream, &out));
+}
+
+#[test]
+fn unordered_with_free_is_refused_and_a_delayed_writer_overwrites_unchecked() {
+    const TEST: &str = "unordered_with_free_is_refused_and_a_delayed_writer_overwrites_unchecked";
+    let Some(device) = gpu(TEST) else { return };
+    let k = Kernels::load(&device);
+    let stream = Stream::new(&device).expect("stream");
+    legal_control(&device, &k, &stream);
+
+    // x: alloc → free (not after the writer); the writer spins, then fills x: it is unordered
+    // with x's free, and runs while y, allocated after x's free, is filled and then copied.
+    let mut g = Graph::new(&device).expect("graph");
+    let out = DeviceBuffer::<u32>::zeroed(&device, N).expect("buffer");
+    let (ax, x) = alloc(&mut g, &device, &[], "x");
+    let writer = spin_then_fill(&mut g, &k, &[ax], &x, BAD);
+    g.set_label(writer, "late writer").unwrap();
+    let fx = g.add_mem_free_node(&[ax], &x).expect("free node");
+    let (ay, y) = alloc(&mut g, &device, &[fx], "y");
+    let fy_fill = fill(&mut g, &k, &[ay], &y, VICTIM);
+    let c = copy_out(&mut g, &k, &[fy_fill, writer], &out, &y);
+    g.add_mem_free_node(&[c], &y).expect("free node");
+
+    let e = refused(&g);
+    assert_eq!(e.violations.len(), 1, "{:#?}", e.violations);
+    let v = &e.violations[0];
+    assert_eq!(v.rule, Rule::UnorderedWithFree);
+    assert_eq!(v.node.label.as_deref(), Some("late writer"));
+    assert_eq!(v.allocation, "allocation 'x'");
+    assert_eq!(v.other.as_ref().map(|o| o.index), Some(fx.index()));
+    assert_eq!(v.missing_edge, Some((writer.index(), fx.index())));
+    let s = e.to_string();
+    assert!(
+        s.contains("node 'late writer' (kernel spin_then_fill_u32, #1) uses allocation 'x' but is not ordered before its free node, free node #2"),
+        "{s}"
+    );
+
+    report(TEST, &x, &y, run_unchecked(&g, &stream, &out));
+}
