@@ -428,8 +428,7 @@ pub(crate) unsafe fn read_graph(
             deps: Vec::new(),
             uses: node_uses,
             mem,
-            records: None,
-            waits: None,
+            event: None,
         });
     }
     for (f, t) in from.iter().zip(&to) {

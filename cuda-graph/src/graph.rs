@@ -104,10 +104,8 @@ pub struct NodeRecord {
     pub uses: Vec<GraphAllocation>,
     /// Allocations it allocates or frees.
     pub mem: Vec<MemOp>,
-    /// Events the node records (event record nodes).
-    pub records: Option<Event>,
-    /// Events the node waits for (event wait nodes).
-    pub waits: Option<Event>,
+    /// The event an event record or event wait node records or waits for.
+    pub event: Option<Event>,
 }
 
 /// Things an executable graph must keep alive: events of event nodes, host functions, the
@@ -288,8 +286,7 @@ impl Graph {
             deps,
             uses: Vec::new(),
             mem: Vec::new(),
-            records: None,
-            waits: None,
+            event: None,
         });
         Node {
             graph: self.id,
@@ -585,37 +582,33 @@ impl Graph {
 
     /// Adds a node that records `event` (G.3.3's third ordering).
     pub fn add_event_record_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
-        const CALL: &str = "cuGraphAddEventRecordNode";
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer valid; the event is kept alive with the graph.
-            unsafe {
-                sys::cuGraphAddEventRecordNode(
-                    &mut raw,
-                    self.raw,
-                    raw_deps.as_ptr(),
-                    raw_deps.len(),
-                    event.as_raw(),
-                )
-            },
-            CALL,
-        )?;
-        let node = self.push(raw, NodeKind::EventRecord, indices);
-        self.nodes[node.index()].records = Some(event.clone());
-        self.keep.push(Arc::new(event.clone()));
-        Ok(node)
+        self.add_event_node(deps, event, NodeKind::EventRecord)
     }
 
     /// Adds a node that waits for `event`.
     pub fn add_event_wait_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
-        const CALL: &str = "cuGraphAddEventWaitNode";
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
+        self.add_event_node(deps, event, NodeKind::EventWait)
+    }
+
+    fn add_event_node(&mut self, deps: &[Node], event: &Event, kind: NodeKind) -> Result<Node> {
+        type AddEventNode = unsafe fn(
+            *mut sys::CUgraphNode,
+            sys::CUgraph,
+            *const sys::CUgraphNode,
+            usize,
+            sys::CUevent,
+        ) -> sys::CUresult;
+        let (call, add): (&'static str, AddEventNode) = if kind == NodeKind::EventRecord {
+            ("cuGraphAddEventRecordNode", sys::cuGraphAddEventRecordNode)
+        } else {
+            ("cuGraphAddEventWaitNode", sys::cuGraphAddEventWaitNode)
+        };
+        let (raw_deps, indices) = self.resolve(call, deps)?;
         let mut raw = std::ptr::null_mut();
         check(
             // SAFETY: out-pointer valid; the event is kept alive with the graph.
             unsafe {
-                sys::cuGraphAddEventWaitNode(
+                add(
                     &mut raw,
                     self.raw,
                     raw_deps.as_ptr(),
@@ -623,10 +616,10 @@ impl Graph {
                     event.as_raw(),
                 )
             },
-            CALL,
+            call,
         )?;
-        let node = self.push(raw, NodeKind::EventWait, indices);
-        self.nodes[node.index()].waits = Some(event.clone());
+        let node = self.push(raw, kind, indices);
+        self.nodes[node.index()].event = Some(event.clone());
         self.keep.push(Arc::new(event.clone()));
         Ok(node)
     }
