@@ -3,6 +3,7 @@
 //! fork and join of other streams through events.
 
 use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 
 use crate::alloc::GraphAllocation;
 use crate::device::Device;
@@ -349,7 +350,31 @@ pub(crate) unsafe fn read_graph(
     }
     from.truncate(edges);
     to.truncate(edges);
-    let position = |node: sys::CUgraphNode| nodes.iter().position(|&n| n == node);
+    let index: HashMap<usize, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (n as usize, i))
+        .collect();
+    let position = |node: sys::CUgraphNode| index.get(&(node as usize)).copied();
+    // Alloc nodes are matched to the allocations this capture made, by address in the order
+    // made; free nodes to the allocation that last held their address (nodes come in the order
+    // captured), starting from the allocations of other graphs that the capture frees.
+    let mut made: HashMap<sys::CUdeviceptr, VecDeque<GraphAllocation>> = HashMap::new();
+    for a in allocations {
+        made.entry(a.ptr()).or_default().push_back(a.clone());
+    }
+    let mut by_address: HashMap<sys::CUdeviceptr, GraphAllocation> = frees
+        .iter()
+        .filter(|f| f.owner_graph() != id)
+        .map(|a| (a.ptr(), a.clone()))
+        .collect();
+    let mut uses_of: HashMap<usize, Vec<GraphAllocation>> = HashMap::new();
+    for (node, used) in uses {
+        uses_of
+            .entry(*node as usize)
+            .or_default()
+            .extend(used.iter().cloned());
+    }
     for &node in &nodes {
         let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         check(
@@ -380,13 +405,13 @@ pub(crate) unsafe fn read_graph(
                     unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut params) },
                     "cuGraphMemAllocNodeGetParams",
                 )?;
-                let allocation = allocations
-                    .iter()
-                    .find(|a| a.ptr() == params.dptr)
-                    .cloned()
+                let allocation = made
+                    .get_mut(&params.dptr)
+                    .and_then(VecDeque::pop_front)
                     .unwrap_or_else(|| {
                         GraphAllocation::new(params.dptr, params.bytesize, device, id, None)
                     });
+                by_address.insert(params.dptr, allocation.clone());
                 mem.push(MemOp::Alloc(allocation));
             }
             NodeKind::MemFree => {
@@ -396,31 +421,15 @@ pub(crate) unsafe fn read_graph(
                     unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
                     "cuGraphMemFreeNodeGetParams",
                 )?;
-                let freed = frees
-                    .iter()
-                    .chain(allocations)
-                    .find(|a| a.ptr() == ptr)
-                    .cloned();
-                let known = graph
-                    .nodes
-                    .iter()
-                    .flat_map(|n| &n.mem)
-                    .find_map(|op| match op {
-                        MemOp::Alloc(a) if a.ptr() == ptr => Some(a.clone()),
-                        _ => None,
-                    });
-                if let Some(allocation) = freed.or(known) {
+                let freed = by_address.get(&ptr).cloned();
+                if let Some(allocation) = freed {
                     allocation.register_free(id, true);
                     mem.push(MemOp::Free(allocation));
                 }
             }
             _ => {}
         }
-        let node_uses = uses
-            .iter()
-            .filter(|(n, _)| *n == node)
-            .flat_map(|(_, u)| u.iter().cloned())
-            .collect();
+        let node_uses = uses_of.remove(&(node as usize)).unwrap_or_default();
         graph.nodes.push(crate::graph::NodeRecord {
             raw: node,
             kind,

@@ -1,5 +1,6 @@
 //! Executable graphs: instantiate (with the lifetime checks), upload, launch.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -114,32 +115,30 @@ impl Graph {
             CALL,
         )
         .map_err(release)?;
-        let mut unfreed = Vec::new();
-        let mut foreign_frees = Vec::new();
-        let frees: Vec<&GraphAllocation> = self
-            .nodes
-            .iter()
-            .flat_map(|n| &n.mem)
-            .filter_map(|op| match op {
-                MemOp::Free(a) => Some(a),
-                MemOp::Alloc(_) => None,
-            })
+        // Sort the record's allocations by role, keyed by id: linear in nodes and uses.
+        let mut allocated: HashMap<u64, &GraphAllocation> = HashMap::new();
+        let mut freed: HashMap<u64, &GraphAllocation> = HashMap::new();
+        for op in self.nodes.iter().flat_map(|n| &n.mem) {
+            match op {
+                MemOp::Alloc(a) => allocated.insert(a.id(), a),
+                MemOp::Free(a) => freed.insert(a.id(), a),
+            };
+        }
+        let unfreed: Vec<GraphAllocation> = self
+            .allocations()
+            .filter(|a| !freed.contains_key(&a.id()))
+            .cloned()
             .collect();
-        for allocation in self.allocations() {
-            if !frees.iter().any(|f| f.same(allocation)) {
-                unfreed.push(allocation.clone());
-            }
-        }
-        for freed in frees {
-            if !self.allocations().any(|a| a.same(freed)) {
-                foreign_frees.push(freed.clone());
-            }
-        }
+        let foreign_frees: Vec<GraphAllocation> = freed
+            .values()
+            .filter(|a| !allocated.contains_key(&a.id()))
+            .map(|a| (*a).clone())
+            .collect();
         let mut foreign_uses: Vec<GraphAllocation> = Vec::new();
+        let mut seen: HashSet<u64> = HashSet::new();
         for used in self.nodes.iter().flat_map(|n| &n.uses) {
-            let mine = self.allocations().any(|a| a.same(used));
-            let freed_here = foreign_frees.iter().any(|a| a.same(used));
-            if !mine && !freed_here && !foreign_uses.iter().any(|a| a.same(used)) {
+            let id = used.id();
+            if !allocated.contains_key(&id) && !freed.contains_key(&id) && seen.insert(id) {
                 foreign_uses.push(used.clone());
             }
         }
@@ -268,6 +267,7 @@ impl ExecGraph {
     /// Maps the graph's memory and uploads it into `stream` ahead of the launch
     /// (`cuGraphUpload`, G.5.1).
     pub fn upload(&self, stream: &impl AsStream) -> Result<()> {
+        self.device.bind()?;
         check(
             // SAFETY: both handles are live.
             unsafe { sys::cuGraphUpload(self.raw, stream.as_raw_stream()) },

@@ -420,7 +420,7 @@ impl Graph {
                 CALL,
             )
         })?;
-        let node = self.push(raw, NodeKind::Kernel(function.name().into()), indices);
+        let node = self.push(raw, NodeKind::Kernel(function.shared_name()), indices);
         self.nodes[node.index()].uses = args.uses().to_vec();
         Ok(node)
     }

@@ -126,6 +126,11 @@ impl Function {
         &self.name
     }
 
+    /// The name, shared (node records keep it without copying).
+    pub(crate) fn shared_name(&self) -> Arc<str> {
+        self.name.clone()
+    }
+
     /// The device it runs on.
     pub fn device(&self) -> &Device {
         self.module.device()
