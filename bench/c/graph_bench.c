@@ -1,0 +1,699 @@
+/*
+ * The C baseline of cuda-graph-bench: the benchmark's workloads written the way the CUDA
+ * Programming Guide ("Graph Memory Nodes") and NVIDIA's graphMemoryFootprint sample write them,
+ * with the runtime API, for src/c_path.rs to call in the same process as the Rust paths.
+ *
+ * Compiled by bench/build.rs with the `cc` crate against the headers cuda-graph-sys used, and
+ * linked with the runtime cuda-graph-sys links (libcudart_static.a by default). Kernels come from
+ * the PTX text that Rust passes in (cuda_graph::kernels::PTX), loaded with cudaLibraryLoadData
+ * and cudaLibraryGetKernel; a cudaKernel_t is what cudaLaunchKernel and kernel nodes take as
+ * their function.
+ *
+ * Every function returns 0, or -1 after filling a gb_error with the runtime call that failed, its
+ * cudaError_t, name and text, and the line here. On an error, what the function made is released
+ * as far as it can be (a capture in progress is ended first). Times are CLOCK_MONOTONIC
+ * nanoseconds, the clock Rust's Instant reads on Linux.
+ *
+ * Everything here builds against the CUDA 12.x and 13.x headers.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---------------------------------------------------------------- shared with src/c_path.rs */
+
+/* Why a function failed. `call`, `name` and `text` are static strings. */
+typedef struct gb_error {
+    const char *call;
+    int code;
+    const char *name;
+    const char *text;
+    int line;
+} gb_error;
+
+/* The launch shape of the chain's kernel: fill_u32(p, elements, i) over `grid` x `block`. */
+typedef struct gb_shape {
+    unsigned long long elements;
+    unsigned int grid;
+    unsigned int block;
+} gb_shape;
+
+/* One run of a graph workload (gb_graph_chain). */
+typedef struct gb_graph_times {
+    uint64_t build_ns;          /* cudaGraphCreate + 3k nodes, or the whole capture */
+    uint64_t instantiate_ns;    /* cudaGraphInstantiate */
+    uint64_t first_launch_ns;   /* the first cudaGraphLaunch + cudaStreamSynchronize */
+    uint64_t steady_enqueue_ns; /* `launches` cudaGraphLaunch calls, before the synchronize */
+    uint64_t steady_ns;         /* the same launches and one cudaStreamSynchronize */
+    uint64_t launch_sync_ns;    /* `sync_iters` times cudaGraphLaunch + cudaStreamSynchronize */
+} gb_graph_times;
+
+/* One run of the same work without a graph (gb_stream_chain). */
+typedef struct gb_stream_times {
+    uint64_t enqueue_ns; /* `iters` x k x (cudaMallocAsync, cudaLaunchKernel, cudaFreeAsync) */
+    uint64_t total_ns;   /* the same and one cudaStreamSynchronize */
+} gb_stream_times;
+
+/* The graph-memory attributes of the device, in bytes. */
+typedef struct gb_mem {
+    unsigned long long used;
+    unsigned long long reserved;
+    unsigned long long used_high;
+    unsigned long long reserved_high;
+} gb_mem;
+
+/* What gb_open sets up: the device, the kernels, and the stream the chain workloads run on. */
+typedef struct gb_ctx {
+    int device;
+    cudaLibrary_t library;
+    cudaKernel_t fill;      /* fill_u32(unsigned *p, unsigned long long n, unsigned v) */
+    cudaKernel_t spin_fill; /* spin_then_fill_u32(p, n, v, unsigned long long spins) */
+    cudaStream_t stream;
+} gb_ctx;
+
+/* Graphs of the footprint scenarios, as in graphMemoryFootprint. */
+#define GB_NUM_GRAPHS 8
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void fail(gb_error *err, const char *call, cudaError_t code, int line)
+{
+    if (err == NULL) {
+        return;
+    }
+    err->call = call;
+    err->code = (int)code;
+    err->name = cudaGetErrorName(code);
+    err->text = cudaGetErrorString(code);
+    err->line = line;
+}
+
+/* Calls a runtime function; on an error, records it and jumps to the function's `out:`. */
+#define CK(fn, args)                                                                               \
+    do {                                                                                           \
+        cudaError_t ck_status_ = fn args;                                                          \
+        if (ck_status_ != cudaSuccess) {                                                           \
+            fail(err, #fn, ck_status_, __LINE__);                                                  \
+            goto out;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static dim3 dim1(unsigned int x)
+{
+    dim3 d;
+    d.x = x;
+    d.y = 1;
+    d.z = 1;
+    return d;
+}
+
+/* The Guide's allocation parameters: pinned memory resident on the device. */
+static struct cudaMemAllocNodeParams alloc_params(int device, size_t bytes)
+{
+    struct cudaMemAllocNodeParams params;
+    memset(&params, 0, sizeof params);
+    params.poolProps.allocType = cudaMemAllocationTypePinned;
+    params.poolProps.location.type = cudaMemLocationTypeDevice;
+    params.poolProps.location.id = device;
+    params.bytesize = bytes;
+    return params;
+}
+
+static int read_mem(int device, gb_mem *m, gb_error *err)
+{
+    CK(cudaDeviceGetGraphMemAttribute, (device, cudaGraphMemAttrUsedMemCurrent, &m->used));
+    CK(cudaDeviceGetGraphMemAttribute, (device, cudaGraphMemAttrReservedMemCurrent, &m->reserved));
+    CK(cudaDeviceGetGraphMemAttribute, (device, cudaGraphMemAttrUsedMemHigh, &m->used_high));
+    CK(cudaDeviceGetGraphMemAttribute, (device, cudaGraphMemAttrReservedMemHigh, &m->reserved_high));
+    return 0;
+out:
+    return -1;
+}
+
+/* Every scenario starts from nothing: no work in flight, no graph memory kept, high marks reset. */
+static int fresh_start(int device, gb_error *err)
+{
+    unsigned long long zero = 0;
+    CK(cudaDeviceSynchronize, ());
+    CK(cudaDeviceGraphMemTrim, (device));
+    CK(cudaDeviceSetGraphMemAttribute, (device, cudaGraphMemAttrUsedMemHigh, &zero));
+    zero = 0;
+    CK(cudaDeviceSetGraphMemAttribute, (device, cudaGraphMemAttrReservedMemHigh, &zero));
+    return 0;
+out:
+    return -1;
+}
+
+/* ---------------------------------------------------------------- set-up */
+
+int gb_open(const char *ptx, int device, gb_ctx **out_ctx, gb_error *err)
+{
+    gb_ctx *ctx = calloc(1, sizeof *ctx);
+    *out_ctx = NULL;
+    if (ctx == NULL) {
+        fail(err, "calloc", cudaErrorMemoryAllocation, __LINE__);
+        return -1;
+    }
+    ctx->device = device;
+    CK(cudaSetDevice, (device));
+    CK(cudaLibraryLoadData, (&ctx->library, ptx, NULL, NULL, 0, NULL, NULL, 0));
+    CK(cudaLibraryGetKernel, (&ctx->fill, ctx->library, "fill_u32"));
+    CK(cudaLibraryGetKernel, (&ctx->spin_fill, ctx->library, "spin_then_fill_u32"));
+    CK(cudaStreamCreateWithFlags, (&ctx->stream, cudaStreamNonBlocking));
+    *out_ctx = ctx;
+    return 0;
+out:
+    if (ctx->stream != NULL) {
+        (void)cudaStreamDestroy(ctx->stream);
+    }
+    if (ctx->library != NULL) {
+        (void)cudaLibraryUnload(ctx->library);
+    }
+    free(ctx);
+    return -1;
+}
+
+int gb_close(gb_ctx *ctx, gb_error *err)
+{
+    int rc = -1;
+    if (ctx == NULL) {
+        return 0;
+    }
+    CK(cudaStreamSynchronize, (ctx->stream));
+    CK(cudaStreamDestroy, (ctx->stream));
+    ctx->stream = NULL;
+    CK(cudaLibraryUnload, (ctx->library));
+    ctx->library = NULL;
+    rc = 0;
+out:
+    if (ctx->stream != NULL) {
+        (void)cudaStreamDestroy(ctx->stream);
+    }
+    if (ctx->library != NULL) {
+        (void)cudaLibraryUnload(ctx->library);
+    }
+    free(ctx);
+    return rc;
+}
+
+/* The sizes of the structures above, for src/c_path.rs to check its copies of them against. */
+void gb_layout(unsigned long long sizes[5])
+{
+    sizes[0] = sizeof(gb_error);
+    sizes[1] = sizeof(gb_shape);
+    sizes[2] = sizeof(gb_graph_times);
+    sizes[3] = sizeof(gb_stream_times);
+    sizes[4] = sizeof(gb_mem);
+}
+
+/* The runtime's version (cudaRuntimeGetVersion), for the report. */
+int gb_runtime_version(int *version, gb_error *err)
+{
+    CK(cudaRuntimeGetVersion, (version));
+    return 0;
+out:
+    return -1;
+}
+
+/* ---------------------------------------------------------------- the chain workloads */
+
+/*
+ * A chain of k segments alloc -> kernel -> free, each segment after the previous one's free, so
+ * CUDA reuses one address for all of them (G.4.1). Built with explicit nodes (capture == 0) or by
+ * capturing cudaMallocAsync / cudaLaunchKernel / cudaFreeAsync (capture != 0); then instantiated,
+ * launched once and synchronized, launched `launches` times and synchronized once, and launched
+ * and synchronized `sync_iters` times.
+ */
+int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
+                   unsigned int launches, unsigned int sync_iters, gb_graph_times *times,
+                   gb_error *err)
+{
+    int rc = -1;
+    int capturing = 0;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaStream_t stream = ctx->stream;
+    const size_t bytes = (size_t)shape->elements * sizeof(unsigned int);
+    const dim3 grid = dim1(shape->grid);
+    const dim3 block = dim1(shape->block);
+    unsigned long long n = shape->elements;
+    uint64_t t0, t1, t2;
+
+    memset(times, 0, sizeof *times);
+    t0 = now_ns();
+    if (!capture) {
+        struct cudaMemAllocNodeParams params = alloc_params(ctx->device, bytes);
+        cudaGraphNode_t prev = NULL;
+        CK(cudaGraphCreate, (&graph, 0));
+        for (unsigned int i = 0; i < k; i++) {
+            cudaGraphNode_t alloc_node, kernel_node, free_node;
+            struct cudaKernelNodeParams kernel_params;
+            void *dptr;
+            unsigned int v = i;
+            void *args[3];
+
+            CK(cudaGraphAddMemAllocNode,
+               (&alloc_node, graph, prev == NULL ? NULL : &prev, prev == NULL ? 0 : 1, &params));
+            dptr = params.dptr;
+
+            args[0] = &dptr;
+            args[1] = &n;
+            args[2] = &v;
+            memset(&kernel_params, 0, sizeof kernel_params);
+            kernel_params.func = (void *)ctx->fill;
+            kernel_params.gridDim = grid;
+            kernel_params.blockDim = block;
+            kernel_params.sharedMemBytes = 0;
+            kernel_params.kernelParams = args;
+            kernel_params.extra = NULL;
+            CK(cudaGraphAddKernelNode, (&kernel_node, graph, &alloc_node, 1, &kernel_params));
+
+            CK(cudaGraphAddMemFreeNode, (&free_node, graph, &kernel_node, 1, dptr));
+            prev = free_node;
+        }
+    } else {
+        CK(cudaStreamBeginCapture, (stream, cudaStreamCaptureModeGlobal));
+        capturing = 1;
+        for (unsigned int i = 0; i < k; i++) {
+            void *dptr;
+            unsigned int v = i;
+            void *args[3];
+            CK(cudaMallocAsync, (&dptr, bytes, stream));
+            args[0] = &dptr;
+            args[1] = &n;
+            args[2] = &v;
+            CK(cudaLaunchKernel, ((const void *)ctx->fill, grid, block, args, 0, stream));
+            CK(cudaFreeAsync, (dptr, stream));
+        }
+        capturing = 0;
+        CK(cudaStreamEndCapture, (stream, &graph));
+    }
+    t1 = now_ns();
+    times->build_ns = t1 - t0;
+
+    t0 = now_ns();
+    CK(cudaGraphInstantiate, (&exec, graph, 0));
+    t1 = now_ns();
+    times->instantiate_ns = t1 - t0;
+
+    t0 = now_ns();
+    CK(cudaGraphLaunch, (exec, stream));
+    CK(cudaStreamSynchronize, (stream));
+    t1 = now_ns();
+    times->first_launch_ns = t1 - t0;
+
+    t0 = now_ns();
+    for (unsigned int i = 0; i < launches; i++) {
+        CK(cudaGraphLaunch, (exec, stream));
+    }
+    t1 = now_ns();
+    CK(cudaStreamSynchronize, (stream));
+    t2 = now_ns();
+    times->steady_enqueue_ns = t1 - t0;
+    times->steady_ns = t2 - t0;
+
+    t0 = now_ns();
+    for (unsigned int i = 0; i < sync_iters; i++) {
+        CK(cudaGraphLaunch, (exec, stream));
+        CK(cudaStreamSynchronize, (stream));
+    }
+    t1 = now_ns();
+    times->launch_sync_ns = t1 - t0;
+
+    CK(cudaGraphExecDestroy, (exec));
+    exec = NULL;
+    CK(cudaGraphDestroy, (graph));
+    graph = NULL;
+    rc = 0;
+out:
+    if (capturing) {
+        cudaGraph_t discarded = NULL;
+        (void)cudaStreamEndCapture(stream, &discarded);
+        if (discarded != NULL) {
+            (void)cudaGraphDestroy(discarded);
+        }
+    }
+    if (exec != NULL) {
+        (void)cudaStreamSynchronize(stream);
+        (void)cudaGraphExecDestroy(exec);
+    }
+    if (graph != NULL) {
+        (void)cudaGraphDestroy(graph);
+    }
+    return rc;
+}
+
+/* The same work without a graph: `iters` times k x (cudaMallocAsync, kernel, cudaFreeAsync) on
+ * the stream, then one synchronize. */
+int gb_stream_chain(gb_ctx *ctx, unsigned int k, const gb_shape *shape, unsigned int iters,
+                    gb_stream_times *times, gb_error *err)
+{
+    cudaStream_t stream = ctx->stream;
+    const size_t bytes = (size_t)shape->elements * sizeof(unsigned int);
+    const dim3 grid = dim1(shape->grid);
+    const dim3 block = dim1(shape->block);
+    unsigned long long n = shape->elements;
+    uint64_t t0, t1, t2;
+
+    memset(times, 0, sizeof *times);
+    t0 = now_ns();
+    for (unsigned int it = 0; it < iters; it++) {
+        for (unsigned int i = 0; i < k; i++) {
+            void *dptr;
+            unsigned int v = i;
+            void *args[3];
+            CK(cudaMallocAsync, (&dptr, bytes, stream));
+            args[0] = &dptr;
+            args[1] = &n;
+            args[2] = &v;
+            CK(cudaLaunchKernel, ((const void *)ctx->fill, grid, block, args, 0, stream));
+            CK(cudaFreeAsync, (dptr, stream));
+        }
+    }
+    t1 = now_ns();
+    CK(cudaStreamSynchronize, (stream));
+    t2 = now_ns();
+    times->enqueue_ns = t1 - t0;
+    times->total_ns = t2 - t0;
+    return 0;
+out:
+    (void)cudaStreamSynchronize(stream);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- footprint scenarios */
+
+/*
+ * The scenarios of graphMemoryFootprint, each from a fresh start (synchronized, trimmed, high
+ * marks reset). After each step the four graph-memory attributes go into steps[], in the order
+ * that src/footprint.rs names them; *nsteps says how many were written (at most max_steps).
+ */
+
+#define STEP()                                                                                     \
+    do {                                                                                           \
+        if (*nsteps >= max_steps) {                                                                \
+            fail(err, "gb_footprint: more steps than the caller expects", cudaErrorInvalidValue,   \
+                 __LINE__);                                                                        \
+            goto out;                                                                              \
+        }                                                                                          \
+        if (read_mem(ctx->device, &steps[*nsteps], err) != 0) {                                    \
+            goto out;                                                                              \
+        }                                                                                          \
+        *nsteps += 1;                                                                              \
+    } while (0)
+
+/*
+ * Address reuse in one graph: alloc A -> free A -> alloc B -> free B. B depends on A's free, so
+ * CUDA may give it A's address (*same_address says whether it did).
+ * Steps: instantiated; launched and synchronized; exec destroyed and trimmed.
+ */
+int gb_fp_address_reuse(gb_ctx *ctx, size_t bytes, gb_mem *steps, unsigned int max_steps,
+                        unsigned int *nsteps, int *same_address, gb_error *err)
+{
+    int rc = -1;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaGraphNode_t alloc_a, free_a, alloc_b, free_b;
+    struct cudaMemAllocNodeParams params = alloc_params(ctx->device, bytes);
+    void *d_a, *d_b;
+
+    *nsteps = 0;
+    if (fresh_start(ctx->device, err) != 0) {
+        return -1;
+    }
+    CK(cudaGraphCreate, (&graph, 0));
+    CK(cudaGraphAddMemAllocNode, (&alloc_a, graph, NULL, 0, &params));
+    d_a = params.dptr;
+    CK(cudaGraphAddMemFreeNode, (&free_a, graph, &alloc_a, 1, d_a));
+    CK(cudaGraphAddMemAllocNode, (&alloc_b, graph, &free_a, 1, &params));
+    d_b = params.dptr;
+    CK(cudaGraphAddMemFreeNode, (&free_b, graph, &alloc_b, 1, d_b));
+    *same_address = d_a == d_b;
+    CK(cudaGraphInstantiate, (&exec, graph, 0));
+    CK(cudaGraphDestroy, (graph));
+    graph = NULL;
+    STEP();
+
+    CK(cudaGraphLaunch, (exec, ctx->stream));
+    CK(cudaStreamSynchronize, (ctx->stream));
+    STEP();
+
+    CK(cudaGraphExecDestroy, (exec));
+    exec = NULL;
+    CK(cudaDeviceGraphMemTrim, (ctx->device));
+    STEP();
+    rc = 0;
+out:
+    if (exec != NULL) {
+        (void)cudaStreamSynchronize(ctx->stream);
+        (void)cudaGraphExecDestroy(exec);
+    }
+    if (graph != NULL) {
+        (void)cudaGraphDestroy(graph);
+    }
+    return rc;
+}
+
+/* alloc -> spin_then_fill_u32 -> free, instantiated; the kernel keeps the graph running for
+ * `spins` clock cycles so that graphs launched into different streams overlap. */
+static int simple_alloc_free_graph(gb_ctx *ctx, const gb_shape *shape, unsigned long long spins,
+                                   cudaGraphExec_t *exec, void **dptr, gb_error *err)
+{
+    int rc = -1;
+    cudaGraph_t graph = NULL;
+    cudaGraphNode_t alloc_node, kernel_node, free_node;
+    struct cudaMemAllocNodeParams params =
+        alloc_params(ctx->device, (size_t)shape->elements * sizeof(unsigned int));
+    struct cudaKernelNodeParams kernel_params;
+    unsigned long long n = shape->elements;
+    unsigned int v = 7;
+    void *args[4];
+
+    *exec = NULL;
+    CK(cudaGraphCreate, (&graph, 0));
+    CK(cudaGraphAddMemAllocNode, (&alloc_node, graph, NULL, 0, &params));
+    *dptr = params.dptr;
+    args[0] = dptr;
+    args[1] = &n;
+    args[2] = &v;
+    args[3] = &spins;
+    memset(&kernel_params, 0, sizeof kernel_params);
+    kernel_params.func = (void *)ctx->spin_fill;
+    kernel_params.gridDim = dim1(shape->grid);
+    kernel_params.blockDim = dim1(shape->block);
+    kernel_params.kernelParams = args;
+    CK(cudaGraphAddKernelNode, (&kernel_node, graph, &alloc_node, 1, &kernel_params));
+    CK(cudaGraphAddMemFreeNode, (&free_node, graph, &kernel_node, 1, *dptr));
+    CK(cudaGraphInstantiate, (exec, graph, 0));
+    rc = 0;
+out:
+    if (graph != NULL) {
+        (void)cudaGraphDestroy(graph);
+    }
+    return rc;
+}
+
+static void destroy_execs(cudaGraphExec_t *execs, int count)
+{
+    for (int i = 0; i < count; i++) {
+        if (execs[i] != NULL) {
+            (void)cudaGraphExecDestroy(execs[i]);
+            execs[i] = NULL;
+        }
+    }
+}
+
+/*
+ * Eight graphs launched into one stream share physical memory.
+ * Steps: 8 graphs instantiated; graph 0 launched; graph 0 relaunched; graphs 1..7 launched (one
+ * step each); synchronized; execs destroyed and trimmed. *distinct: all addresses differ.
+ */
+int gb_fp_one_stream(gb_ctx *ctx, const gb_shape *shape, unsigned long long spins, gb_mem *steps,
+                     unsigned int max_steps, unsigned int *nsteps, int *distinct, gb_error *err)
+{
+    int rc = -1;
+    cudaGraphExec_t execs[GB_NUM_GRAPHS] = {0};
+    void *dptrs[GB_NUM_GRAPHS] = {0};
+
+    *nsteps = 0;
+    if (fresh_start(ctx->device, err) != 0) {
+        return -1;
+    }
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        if (simple_alloc_free_graph(ctx, shape, spins, &execs[i], &dptrs[i], err) != 0) {
+            goto out;
+        }
+    }
+    STEP();
+    CK(cudaGraphLaunch, (execs[0], ctx->stream));
+    STEP();
+    CK(cudaGraphLaunch, (execs[0], ctx->stream));
+    STEP();
+    for (int i = 1; i < GB_NUM_GRAPHS; i++) {
+        CK(cudaGraphLaunch, (execs[i], ctx->stream));
+        STEP();
+    }
+    CK(cudaStreamSynchronize, (ctx->stream));
+    STEP();
+    *distinct = 1;
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        for (int j = i + 1; j < GB_NUM_GRAPHS; j++) {
+            if (dptrs[i] == dptrs[j]) {
+                *distinct = 0;
+            }
+        }
+    }
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        CK(cudaGraphExecDestroy, (execs[i]));
+        execs[i] = NULL;
+    }
+    CK(cudaDeviceGraphMemTrim, (ctx->device));
+    STEP();
+    rc = 0;
+out:
+    (void)cudaStreamSynchronize(ctx->stream);
+    destroy_execs(execs, GB_NUM_GRAPHS);
+    return rc;
+}
+
+/*
+ * Graphs launched into concurrent streams need memory of their own.
+ * Steps: 8 graphs instantiated; graph i launched into stream i (8 steps); all synchronized;
+ * execs destroyed and trimmed.
+ */
+int gb_fp_concurrent(gb_ctx *ctx, const gb_shape *shape, unsigned long long spins, gb_mem *steps,
+                     unsigned int max_steps, unsigned int *nsteps, gb_error *err)
+{
+    int rc = -1;
+    cudaGraphExec_t execs[GB_NUM_GRAPHS] = {0};
+    void *dptrs[GB_NUM_GRAPHS] = {0};
+    cudaStream_t streams[GB_NUM_GRAPHS] = {0};
+
+    *nsteps = 0;
+    if (fresh_start(ctx->device, err) != 0) {
+        return -1;
+    }
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        if (simple_alloc_free_graph(ctx, shape, spins, &execs[i], &dptrs[i], err) != 0) {
+            goto out;
+        }
+        CK(cudaStreamCreateWithFlags, (&streams[i], cudaStreamNonBlocking));
+    }
+    STEP();
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        CK(cudaGraphLaunch, (execs[i], streams[i]));
+        STEP();
+    }
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        CK(cudaStreamSynchronize, (streams[i]));
+    }
+    STEP();
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        CK(cudaGraphExecDestroy, (execs[i]));
+        execs[i] = NULL;
+    }
+    CK(cudaDeviceGraphMemTrim, (ctx->device));
+    STEP();
+    rc = 0;
+out:
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        if (streams[i] != NULL) {
+            (void)cudaStreamSynchronize(streams[i]);
+        }
+    }
+    destroy_execs(execs, GB_NUM_GRAPHS);
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        if (streams[i] != NULL) {
+            (void)cudaStreamDestroy(streams[i]);
+        }
+    }
+    return rc;
+}
+
+/*
+ * Allocations a graph does not free (G.3.3) keep their memory until freed; trim returns it only
+ * after that. Eight graphs of one alloc node each, launched into one stream.
+ * Steps: 8 graphs instantiated; graph i launched (8 steps); synchronized; trimmed with the
+ * allocations live; allocations freed (cudaFreeAsync, synchronized); trimmed; execs destroyed and
+ * trimmed.
+ */
+int gb_fp_unfreed(gb_ctx *ctx, size_t bytes, gb_mem *steps, unsigned int max_steps,
+                  unsigned int *nsteps, gb_error *err)
+{
+    int rc = -1;
+    int launched = 0;
+    int freed = 0;
+    cudaGraphExec_t execs[GB_NUM_GRAPHS] = {0};
+    void *dptrs[GB_NUM_GRAPHS] = {0};
+
+    *nsteps = 0;
+    if (fresh_start(ctx->device, err) != 0) {
+        return -1;
+    }
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        cudaGraph_t graph = NULL;
+        cudaGraphNode_t alloc_node;
+        struct cudaMemAllocNodeParams params = alloc_params(ctx->device, bytes);
+        cudaError_t status = cudaGraphCreate(&graph, 0);
+        if (status == cudaSuccess) {
+            status = cudaGraphAddMemAllocNode(&alloc_node, graph, NULL, 0, &params);
+            if (status == cudaSuccess) {
+                dptrs[i] = params.dptr;
+                status = cudaGraphInstantiate(&execs[i], graph, 0);
+                if (status != cudaSuccess) {
+                    fail(err, "cudaGraphInstantiate", status, __LINE__);
+                }
+            } else {
+                fail(err, "cudaGraphAddMemAllocNode", status, __LINE__);
+            }
+            (void)cudaGraphDestroy(graph);
+        } else {
+            fail(err, "cudaGraphCreate", status, __LINE__);
+        }
+        if (status != cudaSuccess) {
+            goto out;
+        }
+    }
+    STEP();
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        CK(cudaGraphLaunch, (execs[i], ctx->stream));
+        launched = i + 1;
+        STEP();
+    }
+    CK(cudaStreamSynchronize, (ctx->stream));
+    STEP();
+    CK(cudaDeviceGraphMemTrim, (ctx->device));
+    STEP();
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        CK(cudaFreeAsync, (dptrs[i], ctx->stream));
+        freed = i + 1;
+    }
+    CK(cudaStreamSynchronize, (ctx->stream));
+    STEP();
+    CK(cudaDeviceGraphMemTrim, (ctx->device));
+    STEP();
+    for (int i = 0; i < GB_NUM_GRAPHS; i++) {
+        CK(cudaGraphExecDestroy, (execs[i]));
+        execs[i] = NULL;
+    }
+    CK(cudaDeviceGraphMemTrim, (ctx->device));
+    STEP();
+    rc = 0;
+out:
+    /* Whatever a launch allocated and nobody freed yet is freed here, so nothing leaks. */
+    for (int i = freed; i < launched; i++) {
+        (void)cudaFreeAsync(dptrs[i], ctx->stream);
+    }
+    (void)cudaStreamSynchronize(ctx->stream);
+    destroy_execs(execs, GB_NUM_GRAPHS);
+    return rc;
+}

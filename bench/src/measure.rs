@@ -1,0 +1,230 @@
+//! The measurement loop: every workload through every path, interleaved, several repetitions.
+//!
+//! One repetition runs, for each k, the explicit and the captured graph workload through the
+//! three paths, then the workload without graphs through the three paths; the order of the
+//! paths rotates from one workload to the next and from one repetition to the next, so no path
+//! always runs first (on a cold cache) or last. A warm-up repetition with few launches comes
+//! first and is not recorded.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::workload::{Counts, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads};
+
+/// Which workload a sample belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Workload {
+    /// A graph workload built in this mode.
+    Graph(Mode),
+    /// The same work without a graph.
+    Stream,
+}
+
+impl Workload {
+    /// The name in tables and files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Graph(mode) => mode.name(),
+            Workload::Stream => "no graph",
+        }
+    }
+}
+
+/// What a sample measures. Per-launch and per-iteration metrics are totals divided by the count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Metric {
+    /// Building the graph.
+    Build,
+    /// The safe path's lifetime check alone (`Graph::check`).
+    Check,
+    /// Instantiation (the safe path: with the checks).
+    Instantiate,
+    /// The safe path's instantiation without the checks.
+    InstantiateUnchecked,
+    /// Build plus instantiation with the checks, per repetition.
+    BuildInstantiate,
+    /// The first launch and a synchronize.
+    FirstLaunch,
+    /// Per launch, of `launches` launches and one synchronize.
+    Steady,
+    /// Per launch, the host time of queueing `launches` launches.
+    SteadyEnqueue,
+    /// Per iteration of launch + synchronize.
+    LaunchSync,
+    /// Per iteration of the workload without graphs (k segments), with its share of the final
+    /// synchronize.
+    StreamIteration,
+    /// Per iteration, the host time of queueing it.
+    StreamEnqueue,
+}
+
+/// Every sample, in nanoseconds, by workload, k, metric and path.
+pub type Samples = BTreeMap<(Workload, u32, Metric, PathId), Vec<f64>>;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Chain lengths.
+    pub ks: Vec<u32>,
+    /// Repetitions wanted.
+    pub reps: usize,
+    /// Launches and iterations per run (before the cap).
+    pub counts: Counts,
+    /// Stop adding repetitions when the next one would end after this much time.
+    pub budget: Duration,
+    /// At most this many segments (k × launches) per steady measurement; 0: no cap.
+    pub segment_cap: u64,
+    /// The kernel's shape.
+    pub shape: Shape,
+}
+
+impl Plan {
+    /// The counts for chains of `k` segments: `launches` capped so that k × launches stays
+    /// within the segment cap (at least 10 launches).
+    pub fn counts_for(&self, k: u32) -> Counts {
+        let mut counts = self.counts;
+        if self.segment_cap > 0 && u64::from(counts.launches) * u64::from(k) > self.segment_cap {
+            counts.launches = (self.segment_cap / u64::from(k)).max(10) as u32;
+        }
+        counts
+    }
+}
+
+/// What the loop measured.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The samples.
+    pub samples: Samples,
+    /// Repetitions recorded.
+    pub reps_done: usize,
+    /// Why fewer repetitions than planned were recorded, if so.
+    pub stopped_early: Option<String>,
+    /// Time the loop took, warm-up included.
+    pub elapsed: Duration,
+}
+
+fn record_graph(samples: &mut Samples, mode: Mode, k: u32, path: PathId, c: Counts, r: &GraphRun) {
+    let w = Workload::Graph(mode);
+    let ns = |d: Duration| d.as_nanos() as f64;
+    let mut put = |metric: Metric, value: f64| {
+        samples.entry((w, k, metric, path)).or_default().push(value);
+    };
+    put(Metric::Build, ns(r.build));
+    put(Metric::Instantiate, ns(r.instantiate));
+    put(Metric::BuildInstantiate, ns(r.build) + ns(r.instantiate));
+    if let Some(d) = r.instantiate_unchecked {
+        put(Metric::InstantiateUnchecked, ns(d));
+    }
+    if let Some(d) = r.check {
+        put(Metric::Check, ns(d));
+    }
+    put(Metric::FirstLaunch, ns(r.first_launch));
+    let launches = f64::from(c.launches.max(1));
+    put(Metric::Steady, ns(r.steady) / launches);
+    put(Metric::SteadyEnqueue, ns(r.steady_enqueue) / launches);
+    put(
+        Metric::LaunchSync,
+        ns(r.launch_sync) / f64::from(c.sync_iters.max(1)),
+    );
+}
+
+fn record_stream(samples: &mut Samples, k: u32, path: PathId, iters: u32, r: &StreamRun) {
+    let iters = f64::from(iters.max(1));
+    let mut put = |metric: Metric, value: f64| {
+        samples
+            .entry((Workload::Stream, k, metric, path))
+            .or_default()
+            .push(value);
+    };
+    put(Metric::StreamIteration, r.total.as_nanos() as f64 / iters);
+    put(Metric::StreamEnqueue, r.enqueue.as_nanos() as f64 / iters);
+}
+
+/// The paths in the order of `rotation`.
+fn rotated(n: usize, rotation: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |j| (j + rotation) % n)
+}
+
+/// One pass over every workload; records into `samples` unless it is `None` (the warm-up).
+fn one_rep(
+    plan: &Plan,
+    paths: &mut [&mut dyn Workloads],
+    rep: usize,
+    warm_up: bool,
+    mut samples: Option<&mut Samples>,
+) -> Result<()> {
+    let n = paths.len();
+    for (ki, &k) in plan.ks.iter().enumerate() {
+        let mut counts = plan.counts_for(k);
+        if warm_up {
+            counts.launches = counts.launches.min(20);
+            counts.sync_iters = counts.sync_iters.min(5);
+        }
+        for (mi, &mode) in Mode::ALL.iter().enumerate() {
+            for i in rotated(n, rep + ki + mi) {
+                let path = &mut paths[i];
+                let id = path.id();
+                let run = path.graph_chain(mode, k, plan.shape, counts).map_err(|e| {
+                    e.context(format_args!("{} path, {}, k = {k}", id.name(), mode.name()))
+                })?;
+                if let Some(s) = samples.as_deref_mut() {
+                    record_graph(s, mode, k, id, counts, &run);
+                }
+            }
+        }
+        for i in rotated(n, rep + ki + 2) {
+            let path = &mut paths[i];
+            let id = path.id();
+            let run = path
+                .stream_chain(k, plan.shape, counts.launches)
+                .map_err(|e| e.context(format_args!("{} path, no graph, k = {k}", id.name())))?;
+            if let Some(s) = samples.as_deref_mut() {
+                record_stream(s, k, id, counts.launches, &run);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the plan: a warm-up, then repetitions until `plan.reps` or the time budget.
+/// `after_rep` sees the samples after each repetition (to save them as it goes).
+pub fn run(
+    plan: &Plan,
+    paths: &mut [&mut dyn Workloads],
+    mut after_rep: impl FnMut(&Samples) -> Result<()>,
+) -> Result<Outcome> {
+    let start = Instant::now();
+    eprintln!("cuda-graph-bench: warm-up");
+    one_rep(plan, paths, 0, true, None)?;
+    let mut samples = Samples::new();
+    let mut reps_done = 0;
+    let mut stopped_early = None;
+    for rep in 0..plan.reps {
+        let t = Instant::now();
+        one_rep(plan, paths, rep, false, Some(&mut samples))?;
+        reps_done += 1;
+        let took = t.elapsed();
+        after_rep(&samples)?;
+        eprintln!(
+            "cuda-graph-bench: repetition {}/{} took {:.1} s ({:.0} s so far)",
+            rep + 1,
+            plan.reps,
+            took.as_secs_f64(),
+            start.elapsed().as_secs_f64()
+        );
+        if reps_done < plan.reps && start.elapsed() + took > plan.budget {
+            stopped_early = Some(format!(
+                "stopped after {reps_done} of {} repetitions: another would pass the time budget of {} s (--budget)",
+                plan.reps,
+                plan.budget.as_secs()
+            ));
+            break;
+        }
+    }
+    Ok(Outcome {
+        samples,
+        reps_done,
+        stopped_early,
+        elapsed: start.elapsed(),
+    })
+}

@@ -1,0 +1,423 @@
+//! The workloads in raw `cuda-graph-sys` driver calls: what the safe layer does underneath,
+//! without its record, checks or handles.
+
+use std::ffi::{CString, c_void};
+use std::ptr::{null, null_mut};
+use std::time::Instant;
+
+use cuda_graph::sys;
+
+use crate::workload::{
+    BenchError, Counts, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
+};
+
+/// The raw path's context, kernel and stream.
+#[derive(Debug)]
+pub struct RawPath {
+    device: sys::CUdevice,
+    ordinal: i32,
+    context: sys::CUcontext,
+    module: sys::CUmodule,
+    fill: sys::CUfunction,
+    stream: sys::CUstream,
+}
+
+impl RawPath {
+    /// Retains device `ordinal`'s primary context (the one the runtime uses), makes it current,
+    /// loads the kernels and creates a non-blocking stream.
+    pub fn new(ordinal: usize) -> Result<RawPath> {
+        let mut path = RawPath {
+            device: 0,
+            ordinal: ordinal as i32,
+            context: null_mut(),
+            module: null_mut(),
+            fill: null_mut(),
+            stream: null_mut(),
+        };
+        // SAFETY: cuInit takes flags by value; 0 is the only valid value.
+        driver(unsafe { sys::cuInit(0) }, "cuInit")?;
+        driver(
+            // SAFETY: valid out-pointer.
+            unsafe { sys::cuDeviceGet(&mut path.device, path.ordinal) },
+            "cuDeviceGet",
+        )?;
+        let mut context = null_mut();
+        driver(
+            // SAFETY: valid out-pointer; the device came from cuDeviceGet.
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, path.device) },
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        // From here on, Drop releases what was made.
+        path.context = context;
+        // SAFETY: the context is retained.
+        driver(unsafe { sys::cuCtxSetCurrent(context) }, "cuCtxSetCurrent")?;
+        let ptx = CString::new(cuda_graph::kernels::PTX)
+            .map_err(|_| BenchError("the PTX contains a NUL byte".into()))?;
+        driver(
+            // SAFETY: valid out-pointer; the PTX is NUL-terminated and outlives the call.
+            unsafe { sys::cuModuleLoadData(&mut path.module, ptx.as_ptr().cast()) },
+            "cuModuleLoadData",
+        )?;
+        driver(
+            // SAFETY: valid out-pointer; the module is loaded; the name is NUL-terminated.
+            unsafe { sys::cuModuleGetFunction(&mut path.fill, path.module, c"fill_u32".as_ptr()) },
+            "cuModuleGetFunction",
+        )?;
+        driver(
+            // SAFETY: valid out-pointer; the context is current.
+            unsafe {
+                sys::cuStreamCreate(
+                    &mut path.stream,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0,
+                )
+            },
+            "cuStreamCreate",
+        )?;
+        Ok(path)
+    }
+
+    /// Makes the primary context current (the C path's runtime calls leave it current too; this
+    /// is a no-op then, but the raw path does not rely on it).
+    fn bind(&self) -> Result<()> {
+        // SAFETY: the context is retained for as long as `self` lives.
+        driver(
+            unsafe { sys::cuCtxSetCurrent(self.context) },
+            "cuCtxSetCurrent",
+        )
+    }
+
+    fn build(&self, mode: Mode, k: u32, shape: Shape) -> Result<OwnedGraph> {
+        let mut n = shape.elements;
+        match mode {
+            Mode::Explicit => {
+                let mut graph = OwnedGraph(null_mut());
+                driver(
+                    // SAFETY: valid out-pointer; flags must be 0.
+                    unsafe { sys::cuGraphCreate(&mut graph.0, 0) },
+                    "cuGraphCreate",
+                )?;
+                let mut params = sys::CUDA_MEM_ALLOC_NODE_PARAMS {
+                    poolProps: sys::CUmemPoolProps {
+                        allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+                        location: sys::CUmemLocation {
+                            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                            id: self.ordinal,
+                        },
+                        ..Default::default()
+                    },
+                    accessDescs: null(),
+                    accessDescCount: 0,
+                    bytesize: shape.bytes(),
+                    dptr: 0,
+                };
+                let mut prev: sys::CUgraphNode = null_mut();
+                for i in 0..k {
+                    let (deps, count) = if prev.is_null() {
+                        (null(), 0)
+                    } else {
+                        (&raw const prev, 1)
+                    };
+                    let mut alloc = null_mut();
+                    driver(
+                        // SAFETY: out-pointers valid; `deps` holds `count` nodes of the graph.
+                        unsafe {
+                            sys::cuGraphAddMemAllocNode(
+                                &mut alloc,
+                                graph.0,
+                                deps,
+                                count,
+                                &mut params,
+                            )
+                        },
+                        "cuGraphAddMemAllocNode",
+                    )?;
+                    let mut dptr = params.dptr;
+                    let mut v = i;
+                    let mut args: [*mut c_void; 3] = [
+                        (&raw mut dptr).cast(),
+                        (&raw mut n).cast(),
+                        (&raw mut v).cast(),
+                    ];
+                    let kernel_params = sys::CUDA_KERNEL_NODE_PARAMS {
+                        func: self.fill,
+                        gridDimX: shape.grid,
+                        gridDimY: 1,
+                        gridDimZ: 1,
+                        blockDimX: shape.block,
+                        blockDimY: 1,
+                        blockDimZ: 1,
+                        sharedMemBytes: 0,
+                        kernelParams: args.as_mut_ptr(),
+                        ..Default::default()
+                    };
+                    let mut kernel = null_mut();
+                    driver(
+                        // SAFETY: out-pointer valid; the arguments match fill_u32's parameters and
+                        // are copied during the call; the allocation is used between its nodes.
+                        unsafe {
+                            sys::cuGraphAddKernelNode(
+                                &mut kernel,
+                                graph.0,
+                                &alloc,
+                                1,
+                                &kernel_params,
+                            )
+                        },
+                        "cuGraphAddKernelNode",
+                    )?;
+                    let mut free = null_mut();
+                    driver(
+                        // SAFETY: out-pointer valid; `dptr` is the allocation of `alloc`.
+                        unsafe { sys::cuGraphAddMemFreeNode(&mut free, graph.0, &kernel, 1, dptr) },
+                        "cuGraphAddMemFreeNode",
+                    )?;
+                    prev = free;
+                }
+                Ok(graph)
+            }
+            Mode::Capture => {
+                let stream = self.stream;
+                driver(
+                    // SAFETY: the stream is live and not capturing.
+                    unsafe {
+                        sys::cuStreamBeginCapture(
+                            stream,
+                            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+                        )
+                    },
+                    "cuStreamBeginCapture",
+                )?;
+                let capturing = CaptureGuard(stream);
+                for i in 0..k {
+                    let mut dptr = 0;
+                    driver(
+                        // SAFETY: valid out-pointer; the stream is capturing.
+                        unsafe { sys::cuMemAllocAsync(&mut dptr, shape.bytes(), stream) },
+                        "cuMemAllocAsync",
+                    )?;
+                    let mut v = i;
+                    let mut args: [*mut c_void; 3] = [
+                        (&raw mut dptr).cast(),
+                        (&raw mut n).cast(),
+                        (&raw mut v).cast(),
+                    ];
+                    driver(
+                        // SAFETY: the arguments match fill_u32's parameters; the kernel is
+                        // captured between the allocation and its free.
+                        unsafe {
+                            sys::cuLaunchKernel(
+                                self.fill,
+                                shape.grid,
+                                1,
+                                1,
+                                shape.block,
+                                1,
+                                1,
+                                0,
+                                stream,
+                                args.as_mut_ptr(),
+                                null_mut(),
+                            )
+                        },
+                        "cuLaunchKernel",
+                    )?;
+                    driver(
+                        // SAFETY: `dptr` was allocated in this capture and is freed once.
+                        unsafe { sys::cuMemFreeAsync(dptr, stream) },
+                        "cuMemFreeAsync",
+                    )?;
+                }
+                std::mem::forget(capturing);
+                let mut graph = OwnedGraph(null_mut());
+                driver(
+                    // SAFETY: the stream is capturing; valid out-pointer.
+                    unsafe { sys::cuStreamEndCapture(stream, &mut graph.0) },
+                    "cuStreamEndCapture",
+                )?;
+                Ok(graph)
+            }
+        }
+    }
+}
+
+impl Drop for RawPath {
+    fn drop(&mut self) {
+        if self.context.is_null() {
+            return;
+        }
+        // SAFETY: each handle was made in `new` and is released once; null ones were not made.
+        unsafe {
+            let _ = sys::cuCtxSetCurrent(self.context);
+            if !self.stream.is_null() {
+                let _ = sys::cuStreamSynchronize(self.stream);
+                let _ = sys::cuStreamDestroy(self.stream);
+            }
+            if !self.module.is_null() {
+                let _ = sys::cuModuleUnload(self.module);
+            }
+            let _ = sys::cuDevicePrimaryCtxRelease(self.device);
+        }
+    }
+}
+
+/// A raw graph destroyed on drop (also on an error part-way through a build).
+struct OwnedGraph(sys::CUgraph);
+
+impl Drop for OwnedGraph {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: the graph is owned here and destroyed once.
+            let _ = unsafe { sys::cuGraphDestroy(self.0) };
+        }
+    }
+}
+
+/// A raw executable graph destroyed on drop.
+struct OwnedExec(sys::CUgraphExec);
+
+impl Drop for OwnedExec {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: the executable graph is owned here and destroyed once.
+            let _ = unsafe { sys::cuGraphExecDestroy(self.0) };
+        }
+    }
+}
+
+/// Ends a capture that an error interrupted, discarding its graph, so the stream stays usable.
+struct CaptureGuard(sys::CUstream);
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        let mut graph = null_mut();
+        // SAFETY: the stream is capturing (the guard is forgotten once the capture ends).
+        let _ = unsafe { sys::cuStreamEndCapture(self.0, &mut graph) };
+        drop(OwnedGraph(graph));
+    }
+}
+
+impl Workloads for RawPath {
+    fn id(&self) -> PathId {
+        PathId::Raw
+    }
+
+    fn graph_chain(
+        &mut self,
+        mode: Mode,
+        k: u32,
+        shape: Shape,
+        counts: Counts,
+    ) -> Result<GraphRun> {
+        self.bind()?;
+        let stream = self.stream;
+        let mut run = GraphRun::default();
+        let t = Instant::now();
+        let graph = self.build(mode, k, shape)?;
+        run.build = t.elapsed();
+
+        let t = Instant::now();
+        let mut exec = OwnedExec(null_mut());
+        driver(
+            // SAFETY: valid out-pointer; the graph is live.
+            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec.0, graph.0, 0) },
+            "cuGraphInstantiateWithFlags",
+        )?;
+        run.instantiate = t.elapsed();
+
+        let launch = || {
+            driver(
+                // SAFETY: both handles are live.
+                unsafe { sys::cuGraphLaunch(exec.0, stream) },
+                "cuGraphLaunch",
+            )
+        };
+        let synchronize = || {
+            driver(
+                // SAFETY: the stream is live.
+                unsafe { sys::cuStreamSynchronize(stream) },
+                "cuStreamSynchronize",
+            )
+        };
+
+        let t = Instant::now();
+        launch()?;
+        synchronize()?;
+        run.first_launch = t.elapsed();
+
+        let t = Instant::now();
+        for _ in 0..counts.launches {
+            launch()?;
+        }
+        run.steady_enqueue = t.elapsed();
+        synchronize()?;
+        run.steady = t.elapsed();
+
+        let t = Instant::now();
+        for _ in 0..counts.sync_iters {
+            launch()?;
+            synchronize()?;
+        }
+        run.launch_sync = t.elapsed();
+        drop(exec);
+        drop(graph);
+        Ok(run)
+    }
+
+    fn stream_chain(&mut self, k: u32, shape: Shape, iters: u32) -> Result<StreamRun> {
+        self.bind()?;
+        let stream = self.stream;
+        let mut n = shape.elements;
+        let t = Instant::now();
+        for _ in 0..iters {
+            for i in 0..k {
+                let mut dptr = 0;
+                driver(
+                    // SAFETY: valid out-pointer; the stream is live.
+                    unsafe { sys::cuMemAllocAsync(&mut dptr, shape.bytes(), stream) },
+                    "cuMemAllocAsync",
+                )?;
+                let mut v = i;
+                let mut args: [*mut c_void; 3] = [
+                    (&raw mut dptr).cast(),
+                    (&raw mut n).cast(),
+                    (&raw mut v).cast(),
+                ];
+                driver(
+                    // SAFETY: the arguments match fill_u32's parameters; the allocation is freed
+                    // after the kernel in stream order.
+                    unsafe {
+                        sys::cuLaunchKernel(
+                            self.fill,
+                            shape.grid,
+                            1,
+                            1,
+                            shape.block,
+                            1,
+                            1,
+                            0,
+                            stream,
+                            args.as_mut_ptr(),
+                            null_mut(),
+                        )
+                    },
+                    "cuLaunchKernel",
+                )?;
+                driver(
+                    // SAFETY: `dptr` came from cuMemAllocAsync and is freed once.
+                    unsafe { sys::cuMemFreeAsync(dptr, stream) },
+                    "cuMemFreeAsync",
+                )?;
+            }
+        }
+        let enqueue = t.elapsed();
+        driver(
+            // SAFETY: the stream is live.
+            unsafe { sys::cuStreamSynchronize(stream) },
+            "cuStreamSynchronize",
+        )?;
+        Ok(StreamRun {
+            enqueue,
+            total: t.elapsed(),
+        })
+    }
+}

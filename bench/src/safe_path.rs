@@ -1,0 +1,198 @@
+//! The workloads through the safe API (`cuda-graph`), written as a user of the crate writes them.
+
+use std::time::Instant;
+
+use cuda_graph::{
+    AllocParams, AsStream, CaptureMode, DeviceAddress, Function, Graph, InstantiateFlags,
+    KernelArgs, LaunchConfig, Module, Node, Stream, StreamFlags, capture, sys,
+};
+
+use crate::workload::{
+    Counts, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
+};
+
+/// The safe path's device, kernels and stream.
+#[derive(Debug)]
+pub struct SafePath {
+    /// The device (its primary context is the one the other paths use too).
+    pub device: cuda_graph::Device,
+    /// `fill_u32(p, n, v)`.
+    fill: Function,
+    /// `spin_then_fill_u32(p, n, v, spins)`, for the footprint scenarios.
+    pub spin_fill: Function,
+    /// The stream every workload runs on (non-blocking, as in the other paths).
+    pub stream: Stream,
+}
+
+impl SafePath {
+    /// Loads the kernels on `device` and makes the stream.
+    pub fn new(device: &cuda_graph::Device) -> Result<SafePath> {
+        let module = Module::from_ptx(device, cuda_graph::kernels::PTX)?;
+        Ok(SafePath {
+            device: device.clone(),
+            fill: module.function("fill_u32")?,
+            spin_fill: module.function("spin_then_fill_u32")?,
+            stream: Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0)?,
+        })
+    }
+
+    fn build(&self, mode: Mode, k: u32, shape: Shape) -> Result<Graph> {
+        let config = launch_config(shape);
+        let n = shape.elements;
+        match mode {
+            Mode::Explicit => {
+                let mut graph = Graph::new(&self.device)?;
+                let params = AllocParams::new(&self.device, shape.bytes());
+                let mut prev: Option<Node> = None;
+                for i in 0..k {
+                    let deps = prev.as_slice();
+                    let (alloc, buf) = graph.add_mem_alloc_node(deps, &params)?;
+                    let args = KernelArgs::new().ptr(&buf).value(n).value(i);
+                    // SAFETY: fill_u32 takes (unsigned* p, unsigned long long n, unsigned v); the
+                    // allocation holds n values and is used only between its alloc and free nodes.
+                    let kernel =
+                        unsafe { graph.add_kernel_node(&[alloc], &self.fill, config, &args)? };
+                    prev = Some(graph.add_mem_free_node(&[kernel], &buf)?);
+                }
+                Ok(graph)
+            }
+            Mode::Capture => {
+                let (graph, ()) = capture(&self.stream, CaptureMode::Global, |cap| {
+                    for i in 0..k {
+                        let buf = cap.malloc_async(shape.bytes())?;
+                        let args = KernelArgs::new().ptr(&buf).value(n).value(i);
+                        // SAFETY: as above; the kernel is captured between the allocation and its
+                        // free.
+                        unsafe { cap.launch(&self.fill, config, &args)? };
+                        cap.free_async(&buf)?;
+                    }
+                    Ok(())
+                })?;
+                Ok(graph)
+            }
+        }
+    }
+}
+
+/// The shape as the safe API's launch configuration.
+pub fn launch_config(shape: Shape) -> LaunchConfig {
+    LaunchConfig {
+        grid: (shape.grid, 1, 1),
+        block: (shape.block, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A stream-ordered allocation made with raw `cuMemAllocAsync`: the safe API has no
+/// stream-ordered allocation outside a capture, so the workload without graphs makes its own
+/// and hands the address to the safe launch through [`DeviceAddress`].
+#[derive(Debug)]
+struct StreamOrdered {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+}
+
+impl DeviceAddress for StreamOrdered {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+    fn byte_len(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Workloads for SafePath {
+    fn id(&self) -> PathId {
+        PathId::Safe
+    }
+
+    fn graph_chain(
+        &mut self,
+        mode: Mode,
+        k: u32,
+        shape: Shape,
+        counts: Counts,
+    ) -> Result<GraphRun> {
+        let mut run = GraphRun::default();
+        let t = Instant::now();
+        let graph = self.build(mode, k, shape)?;
+        run.build = t.elapsed();
+
+        // Instantiated with the checks, as a user does: this executable graph is launched below.
+        let t = Instant::now();
+        let exec = graph.instantiate(InstantiateFlags::NONE)?;
+        run.instantiate = t.elapsed();
+
+        // Without the checks: a graph with memory nodes has one executable graph at a time, so a
+        // second, identical graph (built untimed) is instantiated fresh, as the first was.
+        let twin = self.build(mode, k, shape)?;
+        let t = Instant::now();
+        let twin_exec = twin.instantiate_unchecked(InstantiateFlags::NONE)?;
+        run.instantiate_unchecked = Some(t.elapsed());
+        drop(twin_exec);
+        drop(twin);
+
+        // The checks alone, after the checked instantiation so that they do not warm it.
+        let t = Instant::now();
+        graph.check()?;
+        run.check = Some(t.elapsed());
+
+        let stream = &self.stream;
+        let t = Instant::now();
+        exec.launch(stream)?;
+        stream.synchronize()?;
+        run.first_launch = t.elapsed();
+
+        let t = Instant::now();
+        for _ in 0..counts.launches {
+            exec.launch(stream)?;
+        }
+        run.steady_enqueue = t.elapsed();
+        stream.synchronize()?;
+        run.steady = t.elapsed();
+
+        let t = Instant::now();
+        for _ in 0..counts.sync_iters {
+            exec.launch(stream)?;
+            stream.synchronize()?;
+        }
+        run.launch_sync = t.elapsed();
+        drop(exec);
+        drop(graph);
+        Ok(run)
+    }
+
+    fn stream_chain(&mut self, k: u32, shape: Shape, iters: u32) -> Result<StreamRun> {
+        let config = launch_config(shape);
+        let n = shape.elements;
+        let bytes = shape.bytes();
+        let raw_stream = self.stream.as_raw();
+        let t = Instant::now();
+        for _ in 0..iters {
+            for i in 0..k {
+                let mut ptr = 0;
+                driver(
+                    // SAFETY: `ptr` is a valid out-pointer; the stream is live.
+                    unsafe { sys::cuMemAllocAsync(&mut ptr, bytes, raw_stream) },
+                    "cuMemAllocAsync",
+                )?;
+                let buf = StreamOrdered { ptr, bytes };
+                let args = KernelArgs::new().ptr(&buf).value(n).value(i);
+                // SAFETY: fill_u32 takes (unsigned* p, unsigned long long n, unsigned v); the
+                // allocation holds n values and is freed after the kernel in stream order.
+                unsafe { self.fill.launch(&self.stream, config, &args)? };
+                driver(
+                    // SAFETY: `ptr` came from cuMemAllocAsync and is freed once, in stream order.
+                    unsafe { sys::cuMemFreeAsync(ptr, raw_stream) },
+                    "cuMemFreeAsync",
+                )?;
+            }
+        }
+        let enqueue = t.elapsed();
+        self.stream.synchronize()?;
+        Ok(StreamRun {
+            enqueue,
+            total: t.elapsed(),
+        })
+    }
+}

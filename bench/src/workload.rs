@@ -1,0 +1,201 @@
+//! What the three paths have in common: the workloads' shape, what one run of a workload
+//! measures, the error type, and the [`Workloads`] trait each path implements.
+
+use std::fmt;
+use std::time::Duration;
+
+use cuda_graph::sys;
+
+/// An error of the benchmark, in words. CUDA errors name the call that failed, its code's name
+/// and text (`cuGraphLaunch failed: CUDA_ERROR_INVALID_VALUE: invalid argument`); the callers
+/// add which path and workload it was.
+#[derive(Debug, Clone)]
+pub struct BenchError(pub String);
+
+impl BenchError {
+    /// The same error, after `what` (`"safe path, explicit graph, k = 10: ..."`).
+    pub fn context(self, what: impl fmt::Display) -> BenchError {
+        BenchError(format!("{what}: {}", self.0))
+    }
+}
+
+impl fmt::Display for BenchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BenchError {}
+
+impl From<cuda_graph::Error> for BenchError {
+    fn from(e: cuda_graph::Error) -> Self {
+        BenchError(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for BenchError {
+    fn from(e: std::io::Error) -> Self {
+        BenchError(e.to_string())
+    }
+}
+
+/// `Result` with [`BenchError`].
+pub type Result<T> = std::result::Result<T, BenchError>;
+
+/// Turns a driver status into a `Result` that names the call.
+#[inline]
+pub fn driver(code: sys::CUresult, call: &'static str) -> Result<()> {
+    if code == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(driver_failure(code, call))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn driver_failure(code: sys::CUresult, call: &'static str) -> BenchError {
+    let name = code
+        .name()
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("CUDA_ERROR_{}", code.0));
+    let mut text = std::ptr::null();
+    // SAFETY: `text` is a valid out-pointer; the driver stores a static string or nothing.
+    let status = unsafe { sys::cuGetErrorString(code, &mut text) };
+    let mut message = format!("{call} failed: {name}");
+    if status == sys::CUresult::CUDA_SUCCESS && !text.is_null() {
+        // SAFETY: on success the driver returned a NUL-terminated static string.
+        let text = unsafe { std::ffi::CStr::from_ptr(text) };
+        message.push_str(": ");
+        message.push_str(&text.to_string_lossy());
+    }
+    let unreachable = matches!(
+        code,
+        sys::CUresult::CUDA_ERROR_NO_DEVICE | sys::CUresult::CUDA_ERROR_NOT_FOUND
+    );
+    if let Some(load) = sys::loader::driver_load_error().filter(|_| unreachable) {
+        message.push_str(&format!(" ({load})"));
+    }
+    BenchError(message)
+}
+
+/// The launch shape of the chain's kernel, `fill_u32(p, elements, i)`: the same in every path.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// 32-bit elements per allocation.
+    pub elements: u64,
+    /// Blocks.
+    pub grid: u32,
+    /// Threads per block.
+    pub block: u32,
+}
+
+impl Shape {
+    /// Bytes per allocation.
+    pub fn bytes(&self) -> usize {
+        self.elements as usize * 4
+    }
+}
+
+/// How a graph workload builds its graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    /// `cuGraphAddMemAllocNode` / kernel node / `cuGraphAddMemFreeNode`.
+    Explicit,
+    /// Stream capture of `cuMemAllocAsync` / kernel launch / `cuMemFreeAsync`.
+    Capture,
+}
+
+impl Mode {
+    /// Both, in the order they run.
+    pub const ALL: [Mode; 2] = [Mode::Explicit, Mode::Capture];
+
+    /// The name in tables and files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Explicit => "explicit graph",
+            Mode::Capture => "captured graph",
+        }
+    }
+}
+
+/// One of the three ways the same work is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PathId {
+    /// The safe API (`cuda-graph`).
+    Safe,
+    /// Raw `cuda-graph-sys` driver calls.
+    Raw,
+    /// C with the runtime API (`c/graph_bench.c`).
+    C,
+}
+
+impl PathId {
+    /// The three, in table order.
+    pub const ALL: [PathId; 3] = [PathId::Safe, PathId::Raw, PathId::C];
+
+    /// The short name in tables and files.
+    pub fn name(self) -> &'static str {
+        match self {
+            PathId::Safe => "safe",
+            PathId::Raw => "raw",
+            PathId::C => "C",
+        }
+    }
+}
+
+/// How many launches and iterations one run makes.
+#[derive(Clone, Copy, Debug)]
+pub struct Counts {
+    /// Launches between the start of the steady measurement and its one synchronize; also the
+    /// iterations of the workload without a graph.
+    pub launches: u32,
+    /// Iterations of launch + synchronize.
+    pub sync_iters: u32,
+}
+
+/// What one run of a graph workload measured (totals, not per launch).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GraphRun {
+    /// Building the graph: creating it and adding 3k nodes, or the whole capture.
+    pub build: Duration,
+    /// Instantiation; for the safe path with the lifetime checks.
+    pub instantiate: Duration,
+    /// The safe path only: instantiation without the checks (of a second, identical graph).
+    pub instantiate_unchecked: Option<Duration>,
+    /// The safe path only: `Graph::check` alone (the checks' share of `instantiate`).
+    pub check: Option<Duration>,
+    /// The first launch and a synchronize.
+    pub first_launch: Duration,
+    /// `launches` launches, before the synchronize.
+    pub steady_enqueue: Duration,
+    /// `launches` launches and one synchronize.
+    pub steady: Duration,
+    /// `sync_iters` times launch + synchronize.
+    pub launch_sync: Duration,
+}
+
+/// What one run of the workload without graphs measured (totals).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StreamRun {
+    /// `iters` × k × (alloc, kernel, free) queued, before the synchronize.
+    pub enqueue: Duration,
+    /// The same and one synchronize.
+    pub total: Duration,
+}
+
+/// The workloads, as each path writes them.
+pub trait Workloads {
+    /// Which path this is.
+    fn id(&self) -> PathId;
+
+    /// A chain of `k` segments alloc → kernel → free, each after the previous free, built with
+    /// `mode`, instantiated, launched once, `counts.launches` times with one synchronize, and
+    /// `counts.sync_iters` times with a synchronize each.
+    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape, counts: Counts)
+    -> Result<GraphRun>;
+
+    /// The same work without a graph: `iters` times k × (stream-ordered alloc, kernel,
+    /// stream-ordered free) on one stream, then one synchronize.
+    fn stream_chain(&mut self, k: u32, shape: Shape, iters: u32) -> Result<StreamRun>;
+}
