@@ -201,13 +201,14 @@ impl GraphAllocation {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// The ids of the graphs with a free node for it.
-    pub(crate) fn free_graphs(&self) -> Vec<u64> {
-        self.inner
+    /// Whether a graph other than `graph` has a free node for it.
+    pub(crate) fn freed_by_another_graph(&self, graph: u64) -> bool {
+        let graphs = self
+            .inner
             .free_graphs
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .unwrap_or_else(|e| e.into_inner());
+        graphs.iter().any(|&g| g != graph)
     }
 
     /// Graph `graph` has (`true`) or no longer has (`false`) a free node for it.

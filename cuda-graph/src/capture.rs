@@ -3,13 +3,14 @@
 //! fork and join of other streams through events.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::alloc::GraphAllocation;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::{Event, EventFlags};
 use crate::graph::{Graph, MemOp, NodeKind, next_graph_id};
+use crate::idmap::IdMap;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pool::MemPool;
 use crate::stream::{AsStream, CaptureStatus};
@@ -350,7 +351,7 @@ pub(crate) unsafe fn read_graph(
     }
     from.truncate(edges);
     to.truncate(edges);
-    let index: HashMap<usize, usize> = nodes
+    let index: IdMap<usize, usize> = nodes
         .iter()
         .enumerate()
         .map(|(i, &n)| (n as usize, i))
@@ -359,16 +360,16 @@ pub(crate) unsafe fn read_graph(
     // Alloc nodes are matched to the allocations this capture made, by address in the order
     // made; free nodes to the allocation that last held their address (nodes come in the order
     // captured), starting from the allocations of other graphs that the capture frees.
-    let mut made: HashMap<sys::CUdeviceptr, VecDeque<GraphAllocation>> = HashMap::new();
+    let mut made: IdMap<sys::CUdeviceptr, VecDeque<GraphAllocation>> = IdMap::default();
     for a in allocations {
         made.entry(a.ptr()).or_default().push_back(a.clone());
     }
-    let mut by_address: HashMap<sys::CUdeviceptr, GraphAllocation> = frees
+    let mut by_address: IdMap<sys::CUdeviceptr, GraphAllocation> = frees
         .iter()
         .filter(|f| f.owner_graph() != id)
         .map(|a| (a.ptr(), a.clone()))
         .collect();
-    let mut uses_of: HashMap<usize, Vec<GraphAllocation>> = HashMap::new();
+    let mut uses_of: IdMap<usize, Vec<GraphAllocation>> = IdMap::default();
     for (node, used) in uses {
         uses_of
             .entry(*node as usize)

@@ -60,7 +60,7 @@
 //! the offending path of a [`Rule::UseAfterFree`] costs O(N + E) per violation, on failure only.
 //! Memory: O(N + E + A). `Graph::check` first copies the record into a [`Model`], O(N + E).
 
-use std::collections::HashMap;
+use crate::idmap::IdMap;
 use std::fmt;
 
 use crate::alloc::GraphAllocation;
@@ -330,7 +330,7 @@ impl Graph {
     fn record_model(&self, describe: bool) -> (Model, Vec<GraphAllocation>) {
         let mut model = Model::new();
         model.nodes.reserve(self.nodes.len());
-        let mut keys: HashMap<u64, AllocKey> = HashMap::new();
+        let mut keys: IdMap<u64, AllocKey> = IdMap::default();
         let mut handles: Vec<GraphAllocation> = Vec::new();
         let mut key = |model: &mut Model, a: &GraphAllocation| {
             *keys.entry(a.id()).or_insert_with(|| {
@@ -361,8 +361,7 @@ impl Graph {
                     MemOp::Free(a) => {
                         let k = key(&mut model, a);
                         model.frees(i, k);
-                        if a.free_graphs().iter().any(|&g| g != self.id)
-                            && !model.freed_elsewhere.contains(&k)
+                        if a.freed_by_another_graph(self.id) && !model.freed_elsewhere.contains(&k)
                         {
                             model.set_freed_elsewhere(k);
                         }

@@ -1,6 +1,5 @@
 //! Executable graphs: instantiate (with the lifetime checks), upload, launch.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -9,6 +8,7 @@ use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::{Event, EventFlags};
 use crate::graph::{Graph, Keep, MemOp};
+use crate::idmap::{IdMap, IdSet};
 use crate::stream::AsStream;
 use crate::sys;
 
@@ -116,8 +116,8 @@ impl Graph {
         )
         .map_err(release)?;
         // Sort the record's allocations by role, keyed by id: linear in nodes and uses.
-        let mut allocated: HashMap<u64, &GraphAllocation> = HashMap::new();
-        let mut freed: HashMap<u64, &GraphAllocation> = HashMap::new();
+        let mut allocated: IdMap<u64, &GraphAllocation> = IdMap::default();
+        let mut freed: IdMap<u64, &GraphAllocation> = IdMap::default();
         for op in self.nodes.iter().flat_map(|n| &n.mem) {
             match op {
                 MemOp::Alloc(a) => allocated.insert(a.id(), a),
@@ -135,7 +135,7 @@ impl Graph {
             .map(|a| (*a).clone())
             .collect();
         let mut foreign_uses: Vec<GraphAllocation> = Vec::new();
-        let mut seen: HashSet<u64> = HashSet::new();
+        let mut seen: IdSet<u64> = IdSet::default();
         for used in self.nodes.iter().flat_map(|n| &n.uses) {
             let id = used.id();
             if !allocated.contains_key(&id) && !freed.contains_key(&id) && seen.insert(id) {

@@ -107,6 +107,7 @@ mod event;
 mod exec;
 mod graph;
 mod graph_mem;
+mod idmap;
 pub mod kernels;
 mod memory;
 mod module;
