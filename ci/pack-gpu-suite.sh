@@ -13,8 +13,9 @@ mkdir -p gpu-suite
 ci/fetch-cuda.sh "${versions[@]}" >/dev/null
 for v in "${versions[@]}"; do
   export CUDA_PATH="$PWD/.cuda/$v"
-  target="target/cuda-$v"
-  [ "$v" = 13.0 ] && target=target
+  # Its own target folder, without debug info: the archives must stay small enough to copy.
+  target="target/gpu-$v"
+  export CARGO_PROFILE_DEV_DEBUG=0
   cargo nextest archive --workspace --all-targets --target-dir "$target" \
     --archive-file "gpu-suite/suite-$v.tar.zst"
   cargo build --workspace --examples --target-dir "$target"
