@@ -6,6 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 v=${1:-13.0}
 dir=gpu-suite/examples-$v
+[ -d "$dir" ] || tar -C gpu-suite -xzf "gpu-suite/examples-$v.tar.gz"
 out=${OUT:-gpu-suite}
 failed=0
 for example in tour explicit_graph capture_fork_join outside_access auto_free_on_launch \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs the workspace's tests (and examples) for a GPU machine that has no Rust toolchain:
 #   gpu-suite/suite-<cuda>.tar.zst   nextest archives, one per CUDA header version
-#   gpu-suite/examples-<cuda>/       the example binaries
+#   gpu-suite/examples-<cuda>.tar.gz the example binaries
 #   gpu-suite/cargo-nextest          the runner
 # Then copy the checkout with gpu-suite/ to the GPU machine and run ci/gpu-run.sh there.
 # Usage: ci/pack-gpu-suite.sh [13.0|12.9]...   (default: 13.0 12.9)
@@ -22,6 +22,9 @@ for v in "${versions[@]}"; do
   rm -rf "gpu-suite/examples-$v" && mkdir -p "gpu-suite/examples-$v"
   find "$target/debug/examples" -maxdepth 1 -type f -executable ! -name '*-*' \
     -exec cp {} "gpu-suite/examples-$v/" \;
+  strip "gpu-suite/examples-$v"/*
+  tar -C gpu-suite -czf "gpu-suite/examples-$v.tar.gz" "examples-$v"
+  rm -rf "gpu-suite/examples-$v"
 done
 cp "$(command -v cargo-nextest)" gpu-suite/
 ls -la gpu-suite
