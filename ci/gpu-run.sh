@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the packed suite (ci/pack-gpu-suite.sh) on a GPU machine, from the checkout's root:
 #   ci/gpu-run.sh                     every archive in gpu-suite/, CUDA_GRAPH_REQUIRE_GPU=1
-#   SANITIZE="memcheck racecheck" ci/gpu-run.sh   also every test under compute-sanitizer
+#   SANITIZE="memcheck racecheck synccheck initcheck" ci/gpu-run.sh
+#                                     also every test under each compute-sanitizer tool listed
+#                                     (memcheck, racecheck, synccheck, initcheck: any subset)
 # Extra arguments go to nextest (e.g. -E 'binary(seed_runtime)').
 # Exit status: non-zero when any run failed. Logs land in ${OUT:-gpu-suite}/.
 set -uo pipefail

@@ -94,6 +94,27 @@ impl AllocParams {
     }
 }
 
+/// Refuses sizes no allocation can have: 0 bytes, or more than the device's memory (CUDA would
+/// accept the node and fail at upload or launch, keeping nearly the whole device reserved for
+/// graphs until the process exits).
+pub(crate) fn check_size(call: &'static str, device: &Device, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Err(Error::invalid(call, "an allocation of 0 bytes"));
+    }
+    let memory = device.memory_bytes()?;
+    if bytes > memory {
+        return Err(Error::invalid(
+            call,
+            format!(
+                "an allocation of {} on a device of {}",
+                crate::graph_mem::Bytes(bytes as u64),
+                crate::graph_mem::Bytes(memory as u64)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn device_location(device: &Device) -> sys::CUmemLocation {
     sys::CUmemLocation {
         type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
@@ -266,6 +287,17 @@ impl GraphAllocation {
         let mut state = self.state();
         state.live = true;
         state.pending.clear();
+        state.pending.push((stream, event.clone()));
+    }
+
+    /// A launch of a graph that uses it (without owning or freeing it) was queued on `stream`;
+    /// `event` completes after that launch. The RAII free must wait for it.
+    pub(crate) fn note_launch_use(&self, stream: sys::CUstream, event: &Event) {
+        let mut state = self.state();
+        if !state.live {
+            return;
+        }
+        state.pending.retain(|(s, _)| *s != stream);
         state.pending.push((stream, event.clone()));
     }
 

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use crate::alloc::GraphAllocation;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Result, check};
 use crate::event::{Event, EventFlags};
 use crate::graph::{Graph, MemOp, NodeKind, next_graph_id};
 use crate::idmap::IdMap;
@@ -119,9 +119,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         bytes: usize,
         f: impl FnOnce(*mut sys::CUdeviceptr) -> sys::CUresult,
     ) -> Result<GraphAllocation> {
-        if bytes == 0 {
-            return Err(Error::invalid(call, "an allocation of 0 bytes"));
-        }
+        crate::alloc::check_size(call, self.device(), bytes)?;
         let mut ptr = 0;
         check(f(&mut ptr), call)?;
         let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
@@ -205,8 +203,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun by this guard); `raw` is a valid out-pointer.
         let status = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
-        self.device()
-            .flush_deferred_frees(self.stream.as_raw_stream());
+        self.device().flush_deferred_frees(None);
         if status != sys::CUresult::CUDA_SUCCESS {
             if !raw.is_null() {
                 // SAFETY: a graph returned despite the error is ours to destroy.
@@ -237,9 +234,7 @@ impl<S: AsStream> Drop for Capture<'_, S> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: ends the capture this guard began; the graph, if any, is discarded.
         let _ = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
-        self.stream
-            .device()
-            .flush_deferred_frees(self.stream.as_raw_stream());
+        self.stream.device().flush_deferred_frees(None);
         if !raw.is_null() {
             // SAFETY: the discarded graph is ours to destroy.
             let _ = unsafe { sys::cuGraphDestroy(raw) };

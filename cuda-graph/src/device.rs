@@ -47,6 +47,8 @@ struct PrimaryContext {
     reaper: OnceLock<Result<sys::CUstream>>,
     /// Stream-ordered frees put off because their stream was capturing: (address, stream).
     deferred: Mutex<Vec<(sys::CUdeviceptr, usize)>>,
+    /// `cuDeviceTotalMem`, once asked.
+    total_memory: OnceLock<usize>,
     _tracked: crate::track::Tracked,
 }
 
@@ -97,6 +99,7 @@ impl Device {
                 context,
                 reaper: OnceLock::new(),
                 deferred: Mutex::new(Vec::new()),
+                total_memory: OnceLock::new(),
                 _tracked: crate::track::Tracked::new(crate::track::Kind::Context),
             }),
         })
@@ -246,20 +249,46 @@ impl Device {
         deferred.push((ptr, stream as usize));
     }
 
-    /// Queues the frees put off for `stream`, which is no longer capturing.
-    pub(crate) fn flush_deferred_frees(&self, stream: sys::CUstream) {
+    /// Queues the frees that were put off, on their streams, for every stream that is no longer
+    /// capturing (a stream forked into another's capture ends with it). With `only`, the frees of
+    /// that stream are queued whatever its state: it is about to be destroyed.
+    pub(crate) fn flush_deferred_frees(&self, only: Option<sys::CUstream>) {
         let mut deferred = self
             .inner
             .deferred
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        if deferred.is_empty() {
+            return;
+        }
         deferred.retain(|&(ptr, s)| {
-            if s != stream as usize {
-                return true;
+            let stream = s as sys::CUstream;
+            let ready = match only {
+                Some(only) => only == stream,
+                None => {
+                    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+                    // SAFETY: the stream is live: a stream flushes its own entries before it is
+                    // destroyed (`Drop for Stream`).
+                    let query = unsafe { sys::cuStreamIsCapturing(stream, &mut status) };
+                    query == sys::CUresult::CUDA_SUCCESS
+                        && status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+                }
+            };
+            if ready {
+                // SAFETY: a stream-ordered allocation whose owner dropped it during a capture;
+                // freed once, in order on its stream.
+                let _ = unsafe { sys::cuMemFreeAsync(ptr, stream) };
             }
-            // SAFETY: a stream-ordered allocation whose owner dropped it during the capture.
-            let _ = unsafe { sys::cuMemFreeAsync(ptr, stream) };
-            false
+            !ready
         });
+    }
+
+    /// The device's memory in bytes, read once.
+    pub(crate) fn memory_bytes(&self) -> Result<usize> {
+        if let Some(&bytes) = self.inner.total_memory.get() {
+            return Ok(bytes);
+        }
+        let bytes = self.total_memory()?;
+        Ok(*self.inner.total_memory.get_or_init(|| bytes))
     }
 }

@@ -102,19 +102,6 @@ impl Graph {
             }
             e
         };
-        self.device.bind().map_err(release)?;
-        let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
-            flags: flags.bits(),
-            hUploadStream: upload,
-            ..Default::default()
-        };
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointers valid; the graph is live.
-            unsafe { sys::cuGraphInstantiateWithParams(&mut raw, self.raw, &mut params) },
-            CALL,
-        )
-        .map_err(release)?;
         // Sort the record's allocations by role, keyed by id: linear in nodes and uses.
         let mut allocated: IdMap<u64, &GraphAllocation> = IdMap::default();
         let mut freed: IdMap<u64, &GraphAllocation> = IdMap::default();
@@ -142,11 +129,25 @@ impl Graph {
                 foreign_uses.push(used.clone());
             }
         }
-        let launch_event = if unfreed.is_empty() {
+        // Created before the executable graph, so that a failure here leaks nothing.
+        let launch_event = if unfreed.is_empty() && foreign_uses.is_empty() {
             None
         } else {
-            Some(Event::with_flags(&self.device, EventFlags::DISABLE_TIMING)?)
+            Some(Event::with_flags(&self.device, EventFlags::DISABLE_TIMING).map_err(release)?)
         };
+        self.device.bind().map_err(release)?;
+        let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+            flags: flags.bits(),
+            hUploadStream: upload,
+            ..Default::default()
+        };
+        let mut raw = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointers valid; the graph is live.
+            unsafe { sys::cuGraphInstantiateWithParams(&mut raw, self.raw, &mut params) },
+            CALL,
+        )
+        .map_err(release)?;
         Ok(ExecGraph {
             raw,
             device: self.device.clone(),
@@ -176,7 +177,8 @@ pub struct ExecGraph {
     foreign_frees: Vec<GraphAllocation>,
     /// Allocated elsewhere, used (not freed) by this graph.
     foreign_uses: Vec<GraphAllocation>,
-    /// Recorded after each launch when `unfreed` is not empty, for the RAII free.
+    /// Recorded after each launch when `unfreed` or `foreign_uses` is not empty: the RAII free
+    /// of those allocations waits for it.
     launch_event: Option<Event>,
     _keep: Vec<Keep>,
     instantiated: Option<Arc<AtomicBool>>,
@@ -256,6 +258,9 @@ impl ExecGraph {
             event.record(stream)?;
             for allocation in &self.unfreed {
                 allocation.mark_allocated(stream.as_raw_stream(), event);
+            }
+            for allocation in &self.foreign_uses {
+                allocation.note_launch_use(stream.as_raw_stream(), event);
             }
         }
         for allocation in &self.foreign_frees {

@@ -302,9 +302,7 @@ impl Graph {
         params: &AllocParams,
     ) -> Result<(Node, GraphAllocation)> {
         const CALL: &str = "cuGraphAddMemAllocNode";
-        if params.bytes == 0 {
-            return Err(Error::invalid(CALL, "an allocation of 0 bytes"));
-        }
+        crate::alloc::check_size(CALL, &params.device, params.bytes)?;
         let (raw_deps, indices) = self.resolve(CALL, deps)?;
         let descs = params.access_descs();
         let mut node_params = sys::CUDA_MEM_ALLOC_NODE_PARAMS {

@@ -187,6 +187,7 @@ impl AsStream for Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        self.device.flush_deferred_frees(Some(self.raw));
         // SAFETY: owned and destroyed once; the driver finishes queued work before releasing it.
         let _ = unsafe { sys::cuStreamDestroy(self.raw) };
     }

@@ -50,9 +50,7 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
         call: &'static str,
         f: impl FnOnce(*mut sys::CUdeviceptr) -> sys::CUresult,
     ) -> Result<Self> {
-        if bytes == 0 {
-            return Err(Error::invalid(call, "an allocation of 0 bytes"));
-        }
+        crate::alloc::check_size(call, stream.device(), bytes)?;
         if stream.capture_status()? != CaptureStatus::None {
             return Err(Error::invalid(
                 call,
@@ -73,8 +71,9 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
 
     /// Frees it on its stream now (`cuMemFreeAsync`), after the work queued there.
     pub fn free_async(mut self) -> Result<()> {
+        let capturing = self.stream.capture_status()? != CaptureStatus::None;
         self.freed = true;
-        if self.stream.capture_status()? != CaptureStatus::None {
+        if capturing {
             self.stream
                 .device()
                 .defer_free(self.ptr, self.stream.as_raw_stream());

@@ -1,0 +1,411 @@
+//! Fuzz target: random bytes are read as a sequence of builder operations on a
+//! `cuda_graph::check::Model` (add a node after some dependencies; allocate, free or use an
+//! allocation; add an edge, which may close a cycle; mark an allocation freed by another graph;
+//! refer to nodes and allocations that do not exist), and `check_model`'s answer is compared
+//! with a brute-force oracle: reachability by a search from every node, and the rules of
+//! `cuda_graph::check` applied as its documentation states them, one allocation and one pair of
+//! nodes at a time. The structure of each violation is checked too (the missing edge, the
+//! offending path and edge, the cycle), as is the order and uniqueness of the list.
+//!
+//! No GPU is needed. Run from `fuzz/`: `cargo fuzz run check_model -- -max_total_time=600`.
+
+#![no_main]
+
+use std::collections::{BTreeSet, VecDeque};
+
+use cuda_graph::NodeKind;
+use cuda_graph::check::{AllocKey, Model, Rule, Violation, check_model};
+use libfuzzer_sys::fuzz_target;
+
+/// Bounds that keep the oracle (quadratic in nodes) fast.
+const MAX_NODES: usize = 40;
+const MAX_KEYS: usize = 10;
+
+/// The input, read a byte at a time; zero once exhausted.
+struct Bytes<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Bytes<'_> {
+    fn next(&mut self) -> Option<u8> {
+        let b = self.data.get(self.at).copied();
+        self.at += 1;
+        b
+    }
+    fn byte(&mut self) -> u8 {
+        self.next().unwrap_or(0)
+    }
+}
+
+/// A node position: an existing node (most of the time) or, for byte 255, one past the end
+/// (a dependency on a node that does not exist).
+fn position(b: u8, n: usize, dangling: bool) -> Option<usize> {
+    if dangling && b == 255 {
+        return Some(n + 1);
+    }
+    (n > 0).then(|| b as usize % n)
+}
+
+/// An allocation key: an existing one, or for bytes ≥ 250 one that does not exist.
+fn key(b: u8, keys: usize) -> AllocKey {
+    if keys == 0 || b >= 250 {
+        AllocKey(keys + (b % 3) as usize)
+    } else {
+        AllocKey(b as usize % keys)
+    }
+}
+
+fn deps(input: &mut Bytes<'_>, n: usize) -> Vec<usize> {
+    let count = input.byte() % 4;
+    (0..count)
+        .filter_map(|_| position(input.byte(), n, true))
+        .collect()
+}
+
+fn kernel() -> NodeKind {
+    NodeKind::Kernel("k".into())
+}
+
+/// Interprets the bytes as builder operations.
+fn build(data: &[u8]) -> Model {
+    let mut m = Model::new();
+    let mut input = Bytes { data, at: 0 };
+    while let Some(op) = input.next() {
+        let n = m.nodes.len();
+        let keys = m.allocations.len();
+        match op % 10 {
+            // An empty or kernel node after some dependencies.
+            0 | 1 if n < MAX_NODES => {
+                let d = deps(&mut input, n);
+                let kind = if op % 2 == 0 {
+                    NodeKind::Empty
+                } else {
+                    kernel()
+                };
+                let i = m.add_node(kind, &d);
+                if op & 0x80 != 0 {
+                    m.set_label(i, format!("n{i}"));
+                }
+            }
+            // A new allocation and its alloc node.
+            2 if n < MAX_NODES && keys < MAX_KEYS => {
+                let d = deps(&mut input, n);
+                let k = m.add_allocation(format!("allocation 'a{keys}'"));
+                let i = m.add_node(NodeKind::MemAlloc, &d);
+                m.allocates(i, k);
+            }
+            // A free node.
+            3 if n < MAX_NODES => {
+                let k = key(input.byte(), keys);
+                let d = deps(&mut input, n);
+                let i = m.add_node(NodeKind::MemFree, &d);
+                m.frees(i, k);
+            }
+            // A kernel that uses one or two allocations.
+            4 if n < MAX_NODES => {
+                let k1 = key(input.byte(), keys);
+                let k2 = key(input.byte(), keys);
+                let d = deps(&mut input, n);
+                let i = m.add_node(kernel(), &d);
+                m.uses(i, k1);
+                if op & 0x40 != 0 {
+                    m.uses(i, k2);
+                }
+            }
+            // An edge between existing nodes (either direction: cycles happen).
+            5 => {
+                let (a, b) = (input.byte(), input.byte());
+                if let (Some(from), Some(to)) = (position(a, n, false), position(b, n, false)) {
+                    m.add_edge(from, to);
+                }
+            }
+            // An existing node uses an allocation.
+            6 => {
+                let (a, b) = (input.byte(), input.byte());
+                if let Some(i) = position(a, n, false) {
+                    m.uses(i, key(b, keys));
+                }
+            }
+            // An existing node frees or allocates an allocation (again).
+            7 => {
+                let (a, b) = (input.byte(), input.byte());
+                if let Some(i) = position(a, n, false) {
+                    if op & 0x10 != 0 {
+                        m.allocates(i, key(b, keys));
+                    } else {
+                        m.frees(i, key(b, keys));
+                    }
+                }
+            }
+            // Another graph frees an allocation.
+            8 => {
+                let b = input.byte();
+                m.set_freed_elsewhere(key(b, keys));
+            }
+            // A dependency on a node that does not exist, written straight into the record.
+            9 => {
+                let (a, b) = (input.byte(), input.byte());
+                if let Some(i) = position(a, n, false) {
+                    m.nodes[i].deps.push(n + b as usize % 3);
+                }
+            }
+            _ => {}
+        }
+    }
+    m
+}
+
+/// Reachability by brute force: `reach[a][b]` when a path of one or more edges leads from `a`
+/// to `b` (a depth-first search from every node).
+struct Oracle {
+    n: usize,
+    reach: Vec<Vec<bool>>,
+    children: Vec<Vec<usize>>,
+}
+
+impl Oracle {
+    fn new(m: &Model) -> Oracle {
+        let n = m.nodes.len();
+        let mut children = vec![Vec::new(); n];
+        for (i, node) in m.nodes.iter().enumerate() {
+            for &d in &node.deps {
+                if d < n {
+                    children[d].push(i);
+                }
+            }
+        }
+        let mut reach = vec![vec![false; n]; n];
+        for (s, row) in reach.iter_mut().enumerate() {
+            let mut stack = children[s].clone();
+            while let Some(v) = stack.pop() {
+                if !row[v] {
+                    row[v] = true;
+                    stack.extend(&children[v]);
+                }
+            }
+        }
+        Oracle { n, reach, children }
+    }
+
+    /// The same node, or a path from `a` to `b`.
+    fn ordered(&self, a: usize, b: usize) -> bool {
+        a == b || self.reach[a][b]
+    }
+
+    fn cyclic(&self) -> bool {
+        (0..self.n).any(|i| self.reach[i][i])
+    }
+
+    fn is_edge(&self, from: usize, to: usize) -> bool {
+        self.children[from].contains(&to)
+    }
+
+    /// Nodes on a shortest path from `a` to `b` (breadth-first), counting both ends.
+    fn shortest(&self, a: usize, b: usize) -> Option<usize> {
+        let mut dist = vec![usize::MAX; self.n];
+        dist[a] = 1;
+        let mut queue = VecDeque::from([a]);
+        while let Some(v) = queue.pop_front() {
+            for &c in &self.children[v] {
+                if dist[c] == usize::MAX {
+                    dist[c] = dist[v] + 1;
+                    if c == b {
+                        return Some(dist[c]);
+                    }
+                    queue.push_back(c);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A violation as comparable data: node, rule, key, other node, and the offending edge of a
+/// dangling dependency.
+type Row = (
+    usize,
+    Rule,
+    Option<usize>,
+    Option<usize>,
+    Option<(usize, usize)>,
+);
+
+/// The rules, one allocation and one pair of nodes at a time (cycles apart).
+fn expected(m: &Model, o: &Oracle) -> BTreeSet<Row> {
+    let n = m.nodes.len();
+    let keys = m.allocations.len();
+    let mut rows = BTreeSet::new();
+    let mut allocs = vec![BTreeSet::new(); keys];
+    let mut frees = vec![BTreeSet::new(); keys];
+    let mut users = vec![BTreeSet::new(); keys];
+    for (i, node) in m.nodes.iter().enumerate() {
+        for &d in &node.deps {
+            if d >= n {
+                rows.insert((i, Rule::UnknownDependency, None, None, Some((d, i))));
+            }
+        }
+        for (list, sets) in [
+            (&node.allocs, &mut allocs),
+            (&node.frees, &mut frees),
+            (&node.uses, &mut users),
+        ] {
+            for k in list {
+                match sets.get_mut(k.0) {
+                    Some(set) => {
+                        set.insert(i);
+                    }
+                    None => {
+                        rows.insert((i, Rule::UnknownAllocation, Some(k.0), None, None));
+                    }
+                }
+            }
+        }
+    }
+    let cyclic = o.cyclic();
+    for k in 0..keys {
+        let a = allocs[k].first().copied();
+        let f = frees[k].first().copied();
+        for &again in allocs[k].iter().skip(1) {
+            rows.insert((again, Rule::AllocatedTwice, Some(k), a, None));
+        }
+        for &again in frees[k].iter().skip(1) {
+            rows.insert((again, Rule::FreedTwice, Some(k), f, None));
+        }
+        if let Some(f) = f
+            && m.freed_elsewhere.contains(&AllocKey(k))
+        {
+            rows.insert((f, Rule::FreedByTwoGraphs, Some(k), None, None));
+        }
+        if cyclic {
+            continue;
+        }
+        if let Some(a) = a {
+            for &t in users[k].union(&frees[k]) {
+                if !o.ordered(a, t) {
+                    rows.insert((t, Rule::NotAfterAlloc, Some(k), Some(a), None));
+                }
+            }
+        }
+        if let Some(f) = f {
+            for &u in &users[k] {
+                if !o.ordered(u, f) {
+                    let rule = if o.ordered(f, u) {
+                        Rule::UseAfterFree
+                    } else {
+                        Rule::UnorderedWithFree
+                    };
+                    rows.insert((u, rule, Some(k), Some(f), None));
+                }
+            }
+        }
+    }
+    rows
+}
+
+fn row(v: &Violation) -> Row {
+    let offending = (v.rule == Rule::UnknownDependency)
+        .then_some(v.offending_edge)
+        .flatten();
+    (
+        v.node.index,
+        v.rule,
+        v.key.map(|k| k.0),
+        v.other.as_ref().map(|o| o.index),
+        offending,
+    )
+}
+
+/// `check_model` against the oracle; `Err` says how they differ.
+fn compare(m: &Model) -> Result<(), String> {
+    let got = check_model(m);
+    let o = Oracle::new(m);
+    let mut cycles = 0;
+    let mut rows = BTreeSet::new();
+    for v in &got {
+        let s = v.to_string();
+        if s.is_empty() || s.contains('\n') {
+            return Err(format!("not one sentence: {s:?}"));
+        }
+        let path: Vec<usize> = v.path.iter().map(|p| p.index).collect();
+        let other = v.other.as_ref().map(|p| p.index);
+        match v.rule {
+            Rule::Cycle => {
+                cycles += 1;
+                let closes = path
+                    .iter()
+                    .zip(path.iter().cycle().skip(1))
+                    .all(|(&a, &b)| o.is_edge(a, b));
+                if path.is_empty()
+                    || !closes
+                    || path[0] != v.node.index
+                    || path.iter().min() != Some(&v.node.index)
+                    || v.offending_edge != path.last().map(|&l| (l, v.node.index))
+                {
+                    return Err(format!("bad cycle {path:?}, {:?}: {s}", v.offending_edge));
+                }
+                continue;
+            }
+            Rule::NotAfterAlloc if v.missing_edge != other.map(|a| (a, v.node.index)) => {
+                return Err(format!("missing edge {:?} of: {s}", v.missing_edge));
+            }
+            Rule::UnorderedWithFree | Rule::UseAfterFree
+                if v.missing_edge != other.map(|f| (v.node.index, f)) =>
+            {
+                return Err(format!("missing edge {:?} of: {s}", v.missing_edge));
+            }
+            _ => {}
+        }
+        if v.rule == Rule::UseAfterFree {
+            let f = other.unwrap_or(usize::MAX);
+            let valid = path.len() >= 2
+                && path[0] == f
+                && path[path.len() - 1] == v.node.index
+                && path.windows(2).all(|w| o.is_edge(w[0], w[1]));
+            if !valid
+                || o.shortest(f, v.node.index) != Some(path.len())
+                || v.offending_edge != Some((path[path.len() - 2], v.node.index))
+            {
+                return Err(format!("bad offending path {path:?}: {s}"));
+            }
+        } else if !path.is_empty() {
+            return Err(format!("unexpected path {path:?}: {s}"));
+        }
+        rows.insert(row(v));
+    }
+    if got.len() != rows.len() + cycles {
+        return Err("duplicate violations".into());
+    }
+    if !got
+        .windows(2)
+        .all(|w| (w[0].node.index, w[0].rule) <= (w[1].node.index, w[1].rule))
+    {
+        return Err("violations not in node order".into());
+    }
+    if cycles != usize::from(o.cyclic()) {
+        return Err(format!(
+            "{cycles} cycle violations; the oracle finds the graph {}",
+            if o.cyclic() { "cyclic" } else { "acyclic" }
+        ));
+    }
+    let want = expected(m, &o);
+    if rows != want {
+        let missing: Vec<_> = want.difference(&rows).collect();
+        let extra: Vec<_> = rows.difference(&want).collect();
+        return Err(format!("missing {missing:?}, unexpected {extra:?}"));
+    }
+    if check_model(m) != got {
+        return Err("two checks of one model differ".into());
+    }
+    Ok(())
+}
+
+fuzz_target!(|data: &[u8]| {
+    let model = build(data);
+    if let Err(why) = compare(&model) {
+        let got: Vec<String> = check_model(&model).iter().map(|v| v.to_string()).collect();
+        panic!(
+            "check_model disagrees with the oracle: {why}\nviolations: {got:#?}\nmodel: {model:#?}"
+        );
+    }
+});
