@@ -306,11 +306,13 @@ impl Graph {
         if !touches {
             return Ok(());
         }
-        let (model, handles) = self.record_model(false);
-        let mut violations = check_model(&model);
-        if violations.is_empty() {
+        let found = Pairs::from_record(self).check();
+        if found.is_empty() {
             return Ok(());
         }
+        // Only now, on the error path, the model that names the nodes.
+        let (model, handles) = self.record_model(false);
+        let mut violations = name(&model, found);
         for v in &mut violations {
             if let Some(a) = v.key.and_then(|k| handles.get(k.0)) {
                 v.allocation = a.to_string();
@@ -557,79 +559,174 @@ impl Rows {
 /// Checks a model against the rules; returns every violation, ordered by node, then rule.
 /// Cost: see [the module](crate::check#cost).
 pub fn check_model(model: &Model) -> Vec<Violation> {
-    let n = model.nodes.len();
-    let keys = model.allocations.len();
-    let mut found: Vec<Found> = Vec::new();
+    name(model, Pairs::from_model(model).check())
+}
 
-    // Edges, by node, without the ones to nodes that do not exist; and the allocation
-    // references, grouped by allocation in node order.
-    let mut edge_pairs: Vec<(u32, u32)> = Vec::new();
-    let (mut alloc_pairs, mut free_pairs, mut use_pairs) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, node) in model.nodes.iter().enumerate() {
-        for &d in &node.deps {
-            if d < n {
-                edge_pairs.push((i as u32, d as u32));
-            } else {
-                let mut v = Found::new(Rule::UnknownDependency, i, None, None);
-                v.offending = Some((d, i));
-                found.push(v);
-            }
+/// What the checks need, as (row, item) pairs: edges (node, dependency) and allocation
+/// references (key, node), with the violations found while gathering them.
+struct Pairs {
+    nodes: usize,
+    keys: usize,
+    edges: Vec<(u32, u32)>,
+    allocs: Vec<(u32, u32)>,
+    frees: Vec<(u32, u32)>,
+    uses: Vec<(u32, u32)>,
+    elsewhere: Vec<bool>,
+    found: Vec<Found>,
+}
+
+impl Pairs {
+    fn new(nodes: usize) -> Pairs {
+        Pairs {
+            nodes,
+            keys: 0,
+            edges: Vec::with_capacity(nodes),
+            allocs: Vec::new(),
+            frees: Vec::new(),
+            uses: Vec::with_capacity(nodes),
+            elsewhere: Vec::new(),
+            found: Vec::new(),
         }
-        for (list, pairs) in [
-            (&node.allocs, &mut alloc_pairs),
-            (&node.frees, &mut free_pairs),
-            (&node.uses, &mut use_pairs),
-        ] {
-            for (j, k) in list.iter().enumerate() {
-                if list[..j].contains(k) {
-                    continue;
-                }
-                if k.0 < keys {
-                    pairs.push((k.0 as u32, i as u32));
+    }
+
+    fn from_model(model: &Model) -> Pairs {
+        let n = model.nodes.len();
+        let mut pairs = Pairs::new(n);
+        pairs.keys = model.allocations.len();
+        for (i, node) in model.nodes.iter().enumerate() {
+            for &d in &node.deps {
+                if d < n {
+                    pairs.edges.push((i as u32, d as u32));
                 } else {
-                    found.push(Found::new(Rule::UnknownAllocation, i, Some(k.0), None));
+                    let mut v = Found::new(Rule::UnknownDependency, i, None, None);
+                    v.offending = Some((d, i));
+                    pairs.found.push(v);
+                }
+            }
+            for (list, which) in [(&node.allocs, 0), (&node.frees, 1), (&node.uses, 2)] {
+                for (j, k) in list.iter().enumerate() {
+                    if list[..j].contains(k) {
+                        continue;
+                    }
+                    if k.0 < pairs.keys {
+                        pairs.list(which).push((k.0 as u32, i as u32));
+                    } else {
+                        pairs
+                            .found
+                            .push(Found::new(Rule::UnknownAllocation, i, Some(k.0), None));
+                    }
                 }
             }
         }
-    }
-    let deps = Rows::from_pairs(n, &edge_pairs);
-    let allocs = Rows::from_pairs(keys, &alloc_pairs);
-    let frees = Rows::from_pairs(keys, &free_pairs);
-    let users = Rows::from_pairs(keys, &use_pairs);
-    drop((edge_pairs, alloc_pairs, free_pairs, use_pairs));
-
-    let mut elsewhere = vec![false; keys];
-    for k in &model.freed_elsewhere {
-        if let Some(e) = elsewhere.get_mut(k.0) {
-            *e = true;
+        pairs.elsewhere = vec![false; pairs.keys];
+        for k in &model.freed_elsewhere {
+            if let Some(e) = pairs.elsewhere.get_mut(k.0) {
+                *e = true;
+            }
         }
+        pairs
     }
-    for (k, &freed_elsewhere) in elsewhere.iter().enumerate() {
-        for (row, rule) in [
-            (allocs.row(k), Rule::AllocatedTwice),
-            (frees.row(k), Rule::FreedTwice),
-        ] {
-            if let Some((&first, rest)) = row.split_first() {
-                for &again in rest {
-                    found.push(Found::new(rule, again as usize, Some(k), Some(first)));
+
+    /// The same pairs as `Pairs::from_model(&graph.model())`, read from the record without
+    /// building the model (keys in the order the record first mentions the allocations).
+    fn from_record(graph: &Graph) -> Pairs {
+        let mut pairs = Pairs::new(graph.nodes.len());
+        let mut keys: IdMap<u64, u32> = IdMap::default();
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let i = i as u32;
+            pairs.edges.extend(node.deps.iter().map(|&d| (i, d)));
+            let mut key = |pairs: &mut Pairs, a: &GraphAllocation| {
+                *keys.entry(a.id()).or_insert_with(|| {
+                    pairs.keys += 1;
+                    pairs.elsewhere.push(false);
+                    pairs.keys as u32 - 1
+                })
+            };
+            let (mut allocated, mut freed) = (Vec::new(), Vec::new());
+            for op in &node.mem {
+                match op {
+                    MemOp::Alloc(a) => {
+                        let k = key(&mut pairs, a);
+                        if !allocated.contains(&k) {
+                            allocated.push(k);
+                            pairs.allocs.push((k, i));
+                        }
+                    }
+                    MemOp::Free(a) => {
+                        let k = key(&mut pairs, a);
+                        if a.freed_by_another_graph(graph.id) {
+                            pairs.elsewhere[k as usize] = true;
+                        }
+                        if !freed.contains(&k) {
+                            freed.push(k);
+                            pairs.frees.push((k, i));
+                        }
+                    }
+                }
+            }
+            let first_use = pairs.uses.len();
+            for a in &node.uses {
+                let k = key(&mut pairs, a);
+                if !pairs.uses[first_use..].contains(&(k, i)) {
+                    pairs.uses.push((k, i));
                 }
             }
         }
-        if let (Some(&f), true) = (frees.row(k).first(), freed_elsewhere) {
-            found.push(Found::new(
-                Rule::FreedByTwoGraphs,
-                f as usize,
-                Some(k),
-                None,
-            ));
+        pairs
+    }
+
+    fn list(&mut self, which: usize) -> &mut Vec<(u32, u32)> {
+        match which {
+            0 => &mut self.allocs,
+            1 => &mut self.frees,
+            _ => &mut self.uses,
         }
     }
 
-    match Order::new(n, &deps) {
-        Ok(order) => order.check(&allocs, &frees, &users, &mut found),
-        Err(cycle) => found.push(cycle),
+    /// Runs the rules; returns the violations, unnamed.
+    fn check(self) -> Vec<Found> {
+        let Pairs {
+            nodes: n,
+            keys,
+            edges,
+            allocs,
+            frees,
+            uses,
+            elsewhere,
+            mut found,
+        } = self;
+        let deps = Rows::from_pairs(n, &edges);
+        let allocs = Rows::from_pairs(keys, &allocs);
+        let frees = Rows::from_pairs(keys, &frees);
+        let users = Rows::from_pairs(keys, &uses);
+        drop((edges, uses));
+        for (k, &freed_elsewhere) in elsewhere.iter().enumerate() {
+            for (row, rule) in [
+                (allocs.row(k), Rule::AllocatedTwice),
+                (frees.row(k), Rule::FreedTwice),
+            ] {
+                if let Some((&first, rest)) = row.split_first() {
+                    for &again in rest {
+                        found.push(Found::new(rule, again as usize, Some(k), Some(first)));
+                    }
+                }
+            }
+            if let (Some(&f), true) = (frees.row(k).first(), freed_elsewhere) {
+                found.push(Found::new(
+                    Rule::FreedByTwoGraphs,
+                    f as usize,
+                    Some(k),
+                    None,
+                ));
+            }
+        }
+
+        match Order::new(n, &deps) {
+            Ok(order) => order.check(&allocs, &frees, &users, &mut found),
+            Err(cycle) => found.push(cycle),
+        }
+        found
     }
-    name(model, found)
 }
 
 /// Sorts, deduplicates and names the violations.
