@@ -11,10 +11,10 @@
 
 #![no_main]
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 use cuda_graph::NodeKind;
-use cuda_graph::check::{AllocKey, Model, Rule, Violation, check_model};
+use cuda_graph::check::{AllocKey, Model, Rule, check_model};
 use libfuzzer_sys::fuzz_target;
 
 /// Bounds that keep the oracle (quadratic in nodes) fast.
@@ -156,165 +156,9 @@ fn build(data: &[u8]) -> Model {
     m
 }
 
-/// Reachability by brute force: `reach[a][b]` when a path of one or more edges leads from `a`
-/// to `b` (a depth-first search from every node).
-struct Oracle {
-    n: usize,
-    reach: Vec<Vec<bool>>,
-    children: Vec<Vec<usize>>,
-}
-
-impl Oracle {
-    fn new(m: &Model) -> Oracle {
-        let n = m.nodes.len();
-        let mut children = vec![Vec::new(); n];
-        for (i, node) in m.nodes.iter().enumerate() {
-            for &d in &node.deps {
-                if d < n {
-                    children[d].push(i);
-                }
-            }
-        }
-        let mut reach = vec![vec![false; n]; n];
-        for (s, row) in reach.iter_mut().enumerate() {
-            let mut stack = children[s].clone();
-            while let Some(v) = stack.pop() {
-                if !row[v] {
-                    row[v] = true;
-                    stack.extend(&children[v]);
-                }
-            }
-        }
-        Oracle { n, reach, children }
-    }
-
-    /// The same node, or a path from `a` to `b`.
-    fn ordered(&self, a: usize, b: usize) -> bool {
-        a == b || self.reach[a][b]
-    }
-
-    fn cyclic(&self) -> bool {
-        (0..self.n).any(|i| self.reach[i][i])
-    }
-
-    fn is_edge(&self, from: usize, to: usize) -> bool {
-        self.children[from].contains(&to)
-    }
-
-    /// Nodes on a shortest path from `a` to `b` (breadth-first), counting both ends.
-    fn shortest(&self, a: usize, b: usize) -> Option<usize> {
-        let mut dist = vec![usize::MAX; self.n];
-        dist[a] = 1;
-        let mut queue = VecDeque::from([a]);
-        while let Some(v) = queue.pop_front() {
-            for &c in &self.children[v] {
-                if dist[c] == usize::MAX {
-                    dist[c] = dist[v] + 1;
-                    if c == b {
-                        return Some(dist[c]);
-                    }
-                    queue.push_back(c);
-                }
-            }
-        }
-        None
-    }
-}
-
-/// A violation as comparable data: node, rule, key, other node, and the offending edge of a
-/// dangling dependency.
-type Row = (
-    usize,
-    Rule,
-    Option<usize>,
-    Option<usize>,
-    Option<(usize, usize)>,
-);
-
-/// The rules, one allocation and one pair of nodes at a time (cycles apart).
-fn expected(m: &Model, o: &Oracle) -> BTreeSet<Row> {
-    let n = m.nodes.len();
-    let keys = m.allocations.len();
-    let mut rows = BTreeSet::new();
-    let mut allocs = vec![BTreeSet::new(); keys];
-    let mut frees = vec![BTreeSet::new(); keys];
-    let mut users = vec![BTreeSet::new(); keys];
-    for (i, node) in m.nodes.iter().enumerate() {
-        for &d in &node.deps {
-            if d >= n {
-                rows.insert((i, Rule::UnknownDependency, None, None, Some((d, i))));
-            }
-        }
-        for (list, sets) in [
-            (&node.allocs, &mut allocs),
-            (&node.frees, &mut frees),
-            (&node.uses, &mut users),
-        ] {
-            for k in list {
-                match sets.get_mut(k.0) {
-                    Some(set) => {
-                        set.insert(i);
-                    }
-                    None => {
-                        rows.insert((i, Rule::UnknownAllocation, Some(k.0), None, None));
-                    }
-                }
-            }
-        }
-    }
-    let cyclic = o.cyclic();
-    for k in 0..keys {
-        let a = allocs[k].first().copied();
-        let f = frees[k].first().copied();
-        for &again in allocs[k].iter().skip(1) {
-            rows.insert((again, Rule::AllocatedTwice, Some(k), a, None));
-        }
-        for &again in frees[k].iter().skip(1) {
-            rows.insert((again, Rule::FreedTwice, Some(k), f, None));
-        }
-        if let Some(f) = f
-            && m.freed_elsewhere.contains(&AllocKey(k))
-        {
-            rows.insert((f, Rule::FreedByTwoGraphs, Some(k), None, None));
-        }
-        if cyclic {
-            continue;
-        }
-        if let Some(a) = a {
-            for &t in users[k].union(&frees[k]) {
-                if !o.ordered(a, t) {
-                    rows.insert((t, Rule::NotAfterAlloc, Some(k), Some(a), None));
-                }
-            }
-        }
-        if let Some(f) = f {
-            for &u in &users[k] {
-                if !o.ordered(u, f) {
-                    let rule = if o.ordered(f, u) {
-                        Rule::UseAfterFree
-                    } else {
-                        Rule::UnorderedWithFree
-                    };
-                    rows.insert((u, rule, Some(k), Some(f), None));
-                }
-            }
-        }
-    }
-    rows
-}
-
-fn row(v: &Violation) -> Row {
-    let offending = (v.rule == Rule::UnknownDependency)
-        .then_some(v.offending_edge)
-        .flatten();
-    (
-        v.node.index,
-        v.rule,
-        v.key.map(|k| k.0),
-        v.other.as_ref().map(|o| o.index),
-        offending,
-    )
-}
+#[path = "../../cuda-graph/tests/oracle/mod.rs"]
+mod oracle;
+use oracle::{Oracle, expected, row};
 
 /// `check_model` against the oracle; `Err` says how they differ.
 fn compare(m: &Model) -> Result<(), String> {
