@@ -64,7 +64,7 @@ impl std::ops::BitOrAssign for InstantiateFlags {
 }
 
 impl Graph {
-    /// Checks the lifetime rules ([`crate::check`]) and instantiates (`cuGraphInstantiateWithParams`).
+    /// Checks the lifetime rules ([`crate::check`]) and instantiates (`cuGraphInstantiateWithFlags`).
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
         self.check()?;
         self.instantiate_raw(flags, std::ptr::null_mut())
@@ -88,7 +88,7 @@ impl Graph {
     }
 
     fn instantiate_raw(&self, flags: InstantiateFlags, upload: sys::CUstream) -> Result<ExecGraph> {
-        const CALL: &str = "cuGraphInstantiateWithParams";
+        const CALL: &str = "Graph::instantiate";
         let memory_nodes = self.has_memory_nodes();
         if memory_nodes && self.instantiated.swap(true, Ordering::AcqRel) {
             return Err(Error::invalid(
@@ -136,18 +136,28 @@ impl Graph {
             Some(Event::with_flags(&self.device, EventFlags::DISABLE_TIMING).map_err(release)?)
         };
         self.device.bind().map_err(release)?;
-        let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
-            flags: flags.bits(),
-            hUploadStream: upload,
-            ..Default::default()
-        };
         let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointers valid; the graph is live.
-            unsafe { sys::cuGraphInstantiateWithParams(&mut raw, self.raw, &mut params) },
-            CALL,
-        )
-        .map_err(release)?;
+        if upload.is_null() && !flags.contains(InstantiateFlags::UPLOAD) {
+            // The common path: WithFlags measured cheaper than WithParams on the H200.
+            check(
+                // SAFETY: out-pointer valid; the graph is live.
+                unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.bits()) },
+                "cuGraphInstantiateWithFlags",
+            )
+            .map_err(release)?;
+        } else {
+            let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+                flags: flags.bits(),
+                hUploadStream: upload,
+                ..Default::default()
+            };
+            check(
+                // SAFETY: out-pointers valid; the graph and the upload stream are live.
+                unsafe { sys::cuGraphInstantiateWithParams(&mut raw, self.raw, &mut params) },
+                "cuGraphInstantiateWithParams",
+            )
+            .map_err(release)?;
+        }
         Ok(ExecGraph {
             raw,
             device: self.device.clone(),

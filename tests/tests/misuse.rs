@@ -772,15 +772,15 @@ fn second_instantiation_while_one_exists() {
 
     let err = graph.instantiate(InstantiateFlags::NONE).unwrap_err();
     println!("CASE second instantiation: {err}");
-    assert_invalid(&err, "cuGraphInstantiateWithParams");
+    assert_invalid(&err, "Graph::instantiate");
     let err = graph
         .instantiate_unchecked(InstantiateFlags::AUTO_FREE_ON_LAUNCH)
         .unwrap_err();
-    assert_invalid(&err, "cuGraphInstantiateWithParams");
+    assert_invalid(&err, "Graph::instantiate");
     let err = graph
         .instantiate_and_upload(InstantiateFlags::NONE, &stream)
         .unwrap_err();
-    assert_invalid(&err, "cuGraphInstantiateWithParams");
+    assert_invalid(&err, "Graph::instantiate");
 
     let mut raw = null_mut();
     // SAFETY: `raw` is a valid out-pointer; the graph is live.
