@@ -42,13 +42,17 @@ typedef struct gb_shape {
 
 /* One run of a graph workload (gb_graph_chain). */
 typedef struct gb_graph_times {
-    uint64_t build_ns;          /* cudaGraphCreate + 3k nodes, or the whole capture */
-    uint64_t instantiate_ns;    /* cudaGraphInstantiate */
     uint64_t first_launch_ns;   /* the first cudaGraphLaunch + cudaStreamSynchronize */
     uint64_t steady_enqueue_ns; /* `launches` cudaGraphLaunch calls, before the synchronize */
     uint64_t steady_ns;         /* the same launches and one cudaStreamSynchronize */
     uint64_t launch_sync_ns;    /* `sync_iters` times cudaGraphLaunch + cudaStreamSynchronize */
 } gb_graph_times;
+
+/* One build + instantiate cycle (gb_build_instantiate). */
+typedef struct gb_cycle_times {
+    uint64_t build_ns;       /* cudaGraphCreate + 3k nodes, or the whole capture */
+    uint64_t instantiate_ns; /* cudaGraphInstantiate */
+} gb_cycle_times;
 
 /* One run of the same work without a graph (gb_stream_chain). */
 typedef struct gb_stream_times {
@@ -206,13 +210,14 @@ out:
 }
 
 /* The sizes of the structures above, for src/c_path.rs to check its copies of them against. */
-void gb_layout(unsigned long long sizes[5])
+void gb_layout(unsigned long long sizes[6])
 {
     sizes[0] = sizeof(gb_error);
     sizes[1] = sizeof(gb_shape);
     sizes[2] = sizeof(gb_graph_times);
     sizes[3] = sizeof(gb_stream_times);
     sizes[4] = sizeof(gb_mem);
+    sizes[5] = sizeof(gb_cycle_times);
 }
 
 /* The runtime's version (cudaRuntimeGetVersion), for the report. */
@@ -227,29 +232,23 @@ out:
 /* ---------------------------------------------------------------- the chain workloads */
 
 /*
- * A chain of k segments alloc -> kernel -> free, each segment after the previous one's free, so
- * CUDA reuses one address for all of them (G.4.1). Built with explicit nodes (capture == 0) or by
- * capturing cudaMallocAsync / cudaLaunchKernel / cudaFreeAsync (capture != 0); then instantiated,
- * launched once and synchronized, launched `launches` times and synchronized once, and launched
- * and synchronized `sync_iters` times.
+ * Builds a chain of k segments alloc -> kernel -> free, each segment after the previous one's
+ * free, so CUDA reuses one address for all of them (G.4.1): with explicit nodes (capture == 0) or
+ * by capturing cudaMallocAsync / cudaLaunchKernel / cudaFreeAsync on the context's stream
+ * (capture != 0). On success *out holds the graph; on an error nothing is left (a capture in
+ * progress is ended and its graph destroyed).
  */
-int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
-                   unsigned int launches, unsigned int sync_iters, gb_graph_times *times,
-                   gb_error *err)
+static int build_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
+                       cudaGraph_t *out_graph, gb_error *err)
 {
-    int rc = -1;
     int capturing = 0;
     cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
     cudaStream_t stream = ctx->stream;
     const size_t bytes = (size_t)shape->elements * sizeof(unsigned int);
     const dim3 grid = dim1(shape->grid);
     const dim3 block = dim1(shape->block);
     unsigned long long n = shape->elements;
-    uint64_t t0, t1, t2;
 
-    memset(times, 0, sizeof *times);
-    t0 = now_ns();
     if (!capture) {
         struct cudaMemAllocNodeParams params = alloc_params(ctx->device, bytes);
         cudaGraphNode_t prev = NULL;
@@ -297,13 +296,42 @@ int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *sha
         capturing = 0;
         CK(cudaStreamEndCapture, (stream, &graph));
     }
-    t1 = now_ns();
-    times->build_ns = t1 - t0;
+    *out_graph = graph;
+    return 0;
+out:
+    if (capturing) {
+        cudaGraph_t discarded = NULL;
+        (void)cudaStreamEndCapture(stream, &discarded);
+        if (discarded != NULL) {
+            (void)cudaGraphDestroy(discarded);
+        }
+    }
+    if (graph != NULL) {
+        (void)cudaGraphDestroy(graph);
+    }
+    return -1;
+}
 
-    t0 = now_ns();
+/*
+ * The chain of build_chain, built and instantiated untimed (gb_build_instantiate times those),
+ * launched once and synchronized, launched `launches` times and synchronized once, and launched
+ * and synchronized `sync_iters` times.
+ */
+int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
+                   unsigned int launches, unsigned int sync_iters, gb_graph_times *times,
+                   gb_error *err)
+{
+    int rc = -1;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaStream_t stream = ctx->stream;
+    uint64_t t0, t1, t2;
+
+    memset(times, 0, sizeof *times);
+    if (build_chain(ctx, capture, k, shape, &graph, err) != 0) {
+        goto out;
+    }
     CK(cudaGraphInstantiate, (&exec, graph, 0));
-    t1 = now_ns();
-    times->instantiate_ns = t1 - t0;
 
     t0 = now_ns();
     CK(cudaGraphLaunch, (exec, stream));
@@ -335,15 +363,48 @@ int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *sha
     graph = NULL;
     rc = 0;
 out:
-    if (capturing) {
-        cudaGraph_t discarded = NULL;
-        (void)cudaStreamEndCapture(stream, &discarded);
-        if (discarded != NULL) {
-            (void)cudaGraphDestroy(discarded);
-        }
-    }
     if (exec != NULL) {
         (void)cudaStreamSynchronize(stream);
+        (void)cudaGraphExecDestroy(exec);
+    }
+    if (graph != NULL) {
+        (void)cudaGraphDestroy(graph);
+    }
+    return rc;
+}
+
+/*
+ * One build + instantiate cycle: the chain of build_chain, instantiated, then the executable
+ * graph and the graph destroyed without a launch. Times the build and the instantiation.
+ */
+int gb_build_instantiate(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
+                         gb_cycle_times *times, gb_error *err)
+{
+    int rc = -1;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    uint64_t t0, t1;
+
+    memset(times, 0, sizeof *times);
+    t0 = now_ns();
+    if (build_chain(ctx, capture, k, shape, &graph, err) != 0) {
+        goto out;
+    }
+    t1 = now_ns();
+    times->build_ns = t1 - t0;
+
+    t0 = now_ns();
+    CK(cudaGraphInstantiate, (&exec, graph, 0));
+    t1 = now_ns();
+    times->instantiate_ns = t1 - t0;
+
+    CK(cudaGraphExecDestroy, (exec));
+    exec = NULL;
+    CK(cudaGraphDestroy, (graph));
+    graph = NULL;
+    rc = 0;
+out:
+    if (exec != NULL) {
         (void)cudaGraphExecDestroy(exec);
     }
     if (graph != NULL) {

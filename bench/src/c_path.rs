@@ -8,7 +8,7 @@
 
 use crate::footprint::Mem;
 use crate::workload::{
-    BenchError, Counts, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads,
+    BenchError, Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads,
 };
 
 /// What `build.rs` did with the C file, in words.
@@ -85,12 +85,18 @@ mod imp {
     #[repr(C)]
     #[derive(Default)]
     struct GbGraphTimes {
-        build_ns: u64,
-        instantiate_ns: u64,
         first_launch_ns: u64,
         steady_enqueue_ns: u64,
         steady_ns: u64,
         launch_sync_ns: u64,
+    }
+
+    /// `gb_cycle_times`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct GbCycleTimes {
+        build_ns: u64,
+        instantiate_ns: u64,
     }
 
     /// `gb_stream_times`.
@@ -126,6 +132,14 @@ mod imp {
             launches: c_uint,
             sync_iters: c_uint,
             times: *mut GbGraphTimes,
+            err: *mut GbError,
+        ) -> c_int;
+        fn gb_build_instantiate(
+            ctx: *mut GbCtx,
+            capture: c_int,
+            k: c_uint,
+            shape: *const GbShape,
+            times: *mut GbCycleTimes,
             err: *mut GbError,
         ) -> c_int;
         fn gb_stream_chain(
@@ -195,8 +209,8 @@ mod imp {
 
     /// Checks this module's copies of the C structures against the C compiler's sizes.
     pub(super) fn check_layout() -> Result<()> {
-        let mut sizes = [0 as c_ulonglong; 5];
-        // SAFETY: the array has the five entries gb_layout writes.
+        let mut sizes = [0 as c_ulonglong; 6];
+        // SAFETY: the array has the six entries gb_layout writes.
         unsafe { gb_layout(sizes.as_mut_ptr()) };
         let ours = [
             size_of::<GbError>(),
@@ -204,13 +218,14 @@ mod imp {
             size_of::<GbGraphTimes>(),
             size_of::<GbStreamTimes>(),
             size_of::<Mem>(),
+            size_of::<GbCycleTimes>(),
         ]
         .map(|s| s as c_ulonglong);
         if sizes == ours {
             Ok(())
         } else {
             Err(BenchError(format!(
-                "the C structures (gb_error, gb_shape, gb_graph_times, gb_stream_times, gb_mem) have sizes {sizes:?} in c/graph_bench.c but {ours:?} in src/c_path.rs"
+                "the C structures (gb_error, gb_shape, gb_graph_times, gb_stream_times, gb_mem, gb_cycle_times) have sizes {sizes:?} in c/graph_bench.c but {ours:?} in src/c_path.rs"
             )))
         }
     }
@@ -349,14 +364,30 @@ mod imp {
                 }
             })?;
             Ok(GraphRun {
-                build: ns(t.build_ns),
-                instantiate: ns(t.instantiate_ns),
-                instantiate_unchecked: None,
                 check: None,
                 first_launch: ns(t.first_launch_ns),
                 steady_enqueue: ns(t.steady_enqueue_ns),
                 steady: ns(t.steady_ns),
                 launch_sync: ns(t.launch_sync_ns),
+            })
+        }
+
+        fn build_instantiate(
+            &mut self,
+            mode: Mode,
+            k: u32,
+            shape: Shape,
+            _checked: bool,
+        ) -> Result<CycleRun> {
+            let shape = GbShape::from(shape);
+            let mut t = GbCycleTimes::default();
+            let capture = c_int::from(mode == Mode::Capture);
+            let ctx = self.ctx;
+            // SAFETY: the context is open; the pointers are valid for the call.
+            call(|err| unsafe { gb_build_instantiate(ctx, capture, k, &shape, &mut t, err) })?;
+            Ok(CycleRun {
+                build: ns(t.build_ns),
+                instantiate: ns(t.instantiate_ns),
             })
         }
 
@@ -437,6 +468,16 @@ mod imp {
             _shape: Shape,
             _counts: Counts,
         ) -> Result<GraphRun> {
+            match self.never {}
+        }
+
+        fn build_instantiate(
+            &mut self,
+            _mode: Mode,
+            _k: u32,
+            _shape: Shape,
+            _checked: bool,
+        ) -> Result<CycleRun> {
             match self.never {}
         }
 

@@ -51,6 +51,8 @@ options:
   --k LIST            chain lengths, comma-separated (default 1,10,100,1000)
   --segment-cap N     at most N segments (k x launches) per steady measurement; 0 = no cap
                       (default 0; quick 20000)
+  --cycles N          build + instantiate cycles per path and repetition, at most (default 100;
+                      quick 20; fewer for long chains: about 2000 segments, at least 3)
   --budget SECS       add no repetition that would end after SECS (default 480; quick 240)
   --elements N        32-bit elements per allocation (default 65536, i.e. 256 KiB)
   --device N          the GPU (default 0)
@@ -72,6 +74,7 @@ struct Options {
     sync_iters: u32,
     ks: Vec<u32>,
     segment_cap: u64,
+    cycles: u32,
     budget: u64,
     elements: u64,
     device: usize,
@@ -92,6 +95,7 @@ impl Options {
             sync_iters: if quick { 20 } else { 100 },
             ks: vec![1, 10, 100, 1000],
             segment_cap: if quick { 20_000 } else { 0 },
+            cycles: if quick { 20 } else { 100 },
             budget: if quick { 240 } else { 480 },
             elements: 1 << 16,
             device: 0,
@@ -123,6 +127,7 @@ impl Options {
                 "--segment-cap" => {
                     o.segment_cap = number("--segment-cap", &value("--segment-cap")?)?
                 }
+                "--cycles" => o.cycles = number("--cycles", &value("--cycles")?)?,
                 "--budget" => o.budget = number("--budget", &value("--budget")?)?,
                 "--elements" => o.elements = number("--elements", &value("--elements")?)?,
                 "--device" => o.device = number("--device", &value("--device")?)?,
@@ -138,8 +143,8 @@ impl Options {
                 other => return Err(format!("unknown option '{other}'")),
             }
         }
-        if o.reps == 0 || o.launches == 0 || o.sync_iters == 0 {
-            return Err("--reps, --launches and --sync-iters must be at least 1".into());
+        if o.reps == 0 || o.launches == 0 || o.sync_iters == 0 || o.cycles == 0 {
+            return Err("--reps, --launches, --sync-iters and --cycles must be at least 1".into());
         }
         if o.ks.is_empty() || o.ks.contains(&0) {
             return Err("--k needs chain lengths of at least 1".into());
@@ -237,6 +242,7 @@ fn run(options: &Options, device: &Device) -> Result<bool> {
         budget: Duration::from_secs(options.budget),
         segment_cap: options.segment_cap,
         shape,
+        cycles: options.cycles,
     };
     let outcome = {
         let mut paths: [&mut dyn Workloads; 3] = [&mut safe, &mut raw, &mut c];

@@ -1,14 +1,22 @@
 //! The measurement loop: every workload through every path, interleaved, several repetitions.
 //!
-//! One repetition runs, for each k, the explicit and the captured graph workload through the
-//! three paths, then the workload without graphs through the three paths; the order of the
-//! paths rotates from one workload to the next and from one repetition to the next, so no path
-//! always runs first (on a cold cache) or last. A warm-up repetition with few launches comes
-//! first and is not recorded.
+//! One repetition runs, for each k:
+//! - build + instantiate cycles: for each mode, rounds in which every path builds the chain,
+//!   instantiates it and destroys both (the safe path twice, with and without its lifetime
+//!   checks); each path's median over the rounds is that repetition's sample. Build and
+//!   instantiate take tens of microseconds at small k and vary by tens of percent from one call
+//!   to the next, so one call per repetition would measure the noise;
+//! - the explicit and the captured graph workload through the three paths (launches);
+//! - the workload without graphs through the three paths.
+//!
+//! The order of the paths rotates from one round, workload and repetition to the next, so no
+//! path always runs first (on a cold cache) or last. A warm-up repetition with few launches and
+//! rounds comes first and is not recorded.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::stats::Stats;
 use crate::workload::{Counts, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads};
 
 /// Which workload a sample belongs to.
@@ -76,9 +84,17 @@ pub struct Plan {
     pub segment_cap: u64,
     /// The kernel's shape.
     pub shape: Shape,
+    /// Build + instantiate cycles per variant and repetition, at most (fewer for long chains).
+    pub cycles: u32,
 }
 
 impl Plan {
+    /// Build + instantiate rounds for chains of `k` segments: `cycles`, capped so that the rounds
+    /// build about 2,000 segments per variant, and at least 3.
+    pub fn cycle_rounds(&self, k: u32) -> u32 {
+        self.cycles.min(2000 / k.max(1)).max(3)
+    }
+
     /// The counts for chains of `k` segments: `launches` capped so that k × launches stays
     /// within the segment cap (at least 10 launches).
     pub fn counts_for(&self, k: u32) -> Counts {
@@ -109,12 +125,6 @@ fn record_graph(samples: &mut Samples, mode: Mode, k: u32, path: PathId, c: Coun
     let mut put = |metric: Metric, value: f64| {
         samples.entry((w, k, metric, path)).or_default().push(value);
     };
-    put(Metric::Build, ns(r.build));
-    put(Metric::Instantiate, ns(r.instantiate));
-    put(Metric::BuildInstantiate, ns(r.build) + ns(r.instantiate));
-    if let Some(d) = r.instantiate_unchecked {
-        put(Metric::InstantiateUnchecked, ns(d));
-    }
     if let Some(d) = r.check {
         put(Metric::Check, ns(d));
     }
@@ -140,6 +150,92 @@ fn record_stream(samples: &mut Samples, k: u32, path: PathId, iters: u32, r: &St
     put(Metric::StreamEnqueue, r.enqueue.as_nanos() as f64 / iters);
 }
 
+/// One way of instantiating in the build + instantiate cycles: a path, with or without the
+/// safe path's lifetime checks.
+#[derive(Clone, Copy, Debug)]
+struct Variant {
+    path: usize,
+    checked: bool,
+}
+
+/// The median of `values` (0 when there are none).
+fn median(values: &[f64]) -> f64 {
+    Stats::of(values).map_or(0.0, |s| s.median)
+}
+
+/// The build + instantiate cycles of one workload: `rounds` rounds, each running every variant
+/// once in an order that rotates from round to round; each variant's median over the rounds
+/// becomes one sample.
+fn cycles(
+    paths: &mut [&mut dyn Workloads],
+    mode: Mode,
+    k: u32,
+    shape: Shape,
+    rounds: u32,
+    rotation: usize,
+    samples: Option<&mut Samples>,
+) -> Result<()> {
+    let mut variants = Vec::new();
+    for (path, p) in paths.iter().enumerate() {
+        variants.push(Variant {
+            path,
+            checked: true,
+        });
+        if p.has_unchecked() {
+            variants.push(Variant {
+                path,
+                checked: false,
+            });
+        }
+    }
+    let n = variants.len();
+    let mut build = vec![Vec::new(); n];
+    let mut instantiate = vec![Vec::new(); n];
+    let mut sum = vec![Vec::new(); n];
+    for round in 0..rounds as usize {
+        for v in rotated(n, rotation + round) {
+            let Variant { path, checked } = variants[v];
+            let run = paths[path]
+                .build_instantiate(mode, k, shape, checked)
+                .map_err(|e| {
+                    e.context(format_args!(
+                        "{} path, {}, k = {k}, build + instantiate",
+                        paths[path].id().name(),
+                        mode.name()
+                    ))
+                })?;
+            let (b, i) = (
+                run.build.as_nanos() as f64,
+                run.instantiate.as_nanos() as f64,
+            );
+            build[v].push(b);
+            instantiate[v].push(i);
+            sum[v].push(b + i);
+        }
+    }
+    let Some(samples) = samples else {
+        return Ok(());
+    };
+    let w = Workload::Graph(mode);
+    for (v, variant) in variants.iter().enumerate() {
+        let id = paths[variant.path].id();
+        let mut put = |metric: Metric, values: &[f64]| {
+            samples
+                .entry((w, k, metric, id))
+                .or_default()
+                .push(median(values));
+        };
+        if variant.checked {
+            put(Metric::Build, &build[v]);
+            put(Metric::Instantiate, &instantiate[v]);
+            put(Metric::BuildInstantiate, &sum[v]);
+        } else {
+            put(Metric::InstantiateUnchecked, &instantiate[v]);
+        }
+    }
+    Ok(())
+}
+
 /// The paths in the order of `rotation`.
 fn rotated(n: usize, rotation: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |j| (j + rotation) % n)
@@ -159,6 +255,18 @@ fn one_rep(
         if warm_up {
             counts.launches = counts.launches.min(20);
             counts.sync_iters = counts.sync_iters.min(5);
+        }
+        let rounds = if warm_up { 2 } else { plan.cycle_rounds(k) };
+        for (mi, &mode) in Mode::ALL.iter().enumerate() {
+            cycles(
+                paths,
+                mode,
+                k,
+                plan.shape,
+                rounds,
+                rep + ki + mi,
+                samples.as_deref_mut(),
+            )?;
         }
         for (mi, &mode) in Mode::ALL.iter().enumerate() {
             for i in rotated(n, rep + ki + mi) {

@@ -8,7 +8,8 @@ use std::time::Instant;
 use cuda_graph::sys;
 
 use crate::workload::{
-    BenchError, Counts, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
+    BenchError, Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads,
+    driver,
 };
 
 /// The raw path's context, kernel and stream.
@@ -284,6 +285,17 @@ impl Drop for OwnedExec {
     }
 }
 
+/// `cuGraphInstantiateWithFlags` with no flags.
+fn instantiate(graph: &OwnedGraph) -> Result<OwnedExec> {
+    let mut exec = OwnedExec(null_mut());
+    driver(
+        // SAFETY: valid out-pointer; the graph is live.
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec.0, graph.0, 0) },
+        "cuGraphInstantiateWithFlags",
+    )?;
+    Ok(exec)
+}
+
 /// Ends a capture that an error interrupted, discarding its graph, so the stream stays usable.
 struct CaptureGuard(sys::CUstream);
 
@@ -311,18 +323,8 @@ impl Workloads for RawPath {
         self.bind()?;
         let stream = self.stream;
         let mut run = GraphRun::default();
-        let t = Instant::now();
         let graph = self.build(mode, k, shape)?;
-        run.build = t.elapsed();
-
-        let t = Instant::now();
-        let mut exec = OwnedExec(null_mut());
-        driver(
-            // SAFETY: valid out-pointer; the graph is live.
-            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec.0, graph.0, 0) },
-            "cuGraphInstantiateWithFlags",
-        )?;
-        run.instantiate = t.elapsed();
+        let exec = instantiate(&graph)?;
 
         let launch = || {
             driver(
@@ -361,6 +363,25 @@ impl Workloads for RawPath {
         drop(exec);
         drop(graph);
         Ok(run)
+    }
+
+    fn build_instantiate(
+        &mut self,
+        mode: Mode,
+        k: u32,
+        shape: Shape,
+        _checked: bool,
+    ) -> Result<CycleRun> {
+        self.bind()?;
+        let t = Instant::now();
+        let graph = self.build(mode, k, shape)?;
+        let build = t.elapsed();
+        let t = Instant::now();
+        let exec = instantiate(&graph)?;
+        let instantiate = t.elapsed();
+        drop(exec);
+        drop(graph);
+        Ok(CycleRun { build, instantiate })
     }
 
     fn stream_chain(&mut self, k: u32, shape: Shape, iters: u32) -> Result<StreamRun> {

@@ -264,9 +264,8 @@ fn target_cell(row: &Row) -> String {
 
 /// What each measurement is, for the report.
 pub const LEGEND: &str = "\
-- **build**: explicit graph: `Graph::new` / `cuGraphCreate` / `cudaGraphCreate` and 3k nodes; captured graph: begin capture, k × (stream-ordered alloc, kernel launch, stream-ordered free), end capture (for the safe API, with reading the captured graph into its record).
-- **instantiate**: `Graph::instantiate` (lifetime checks, then `cuGraphInstantiateWithFlags`), `cuGraphInstantiateWithFlags`, `cudaGraphInstantiate`. **checks off**: `Graph::instantiate_unchecked` of a second, identical graph (a graph with memory nodes has one executable graph at a time), right after the first: the driver is warm then, so it is not comparable with the other columns' first instantiation. **lifetime check alone**: `Graph::check`, timed on its own.
-- **build + instantiate**: the sum, per repetition.
+- **build**, **instantiate**, **build + instantiate**: cycles of build, instantiate, destroy, without a launch; each repetition runs up to `--cycles` rounds (fewer for long chains), every path once a round in rotating order, and contributes each path's median over its rounds. build: explicit graph: `Graph::new` / `cuGraphCreate` / `cudaGraphCreate` and 3k nodes; captured graph: begin capture, k × (stream-ordered alloc, kernel launch, stream-ordered free), end capture (for the safe API, with reading the captured graph into its record). instantiate: `Graph::instantiate` (lifetime checks, then `cuGraphInstantiateWithFlags`), `cuGraphInstantiateWithFlags`, `cudaGraphInstantiate`. **checks off**: `Graph::instantiate_unchecked`, as a further path in the same rounds. build + instantiate: the median of the per-cycle sums.
+- **lifetime check alone**: `Graph::check` on the launched workload's graph, once per repetition, timed on its own.
 - **first launch + sync**: the first launch of the new executable graph (maps its memory) and a stream synchronize.
 - **steady launch**: N launches and one synchronize, divided by N. **launch enqueue**: the same launches' host time before the synchronize.
 - **launch + sync**: launch and synchronize, repeated, per iteration.

@@ -8,7 +8,7 @@ use cuda_graph::{
 };
 
 use crate::workload::{
-    Counts, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
+    Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
 };
 
 /// The safe path's device, kernels and stream.
@@ -114,23 +114,8 @@ impl Workloads for SafePath {
         counts: Counts,
     ) -> Result<GraphRun> {
         let mut run = GraphRun::default();
-        let t = Instant::now();
         let graph = self.build(mode, k, shape)?;
-        run.build = t.elapsed();
-
-        // Instantiated with the checks, as a user does: this executable graph is launched below.
-        let t = Instant::now();
         let exec = graph.instantiate(InstantiateFlags::NONE)?;
-        run.instantiate = t.elapsed();
-
-        // Without the checks: a graph with memory nodes has one executable graph at a time, so a
-        // second, identical graph (built untimed) is instantiated fresh, as the first was.
-        let twin = self.build(mode, k, shape)?;
-        let t = Instant::now();
-        let twin_exec = twin.instantiate_unchecked(InstantiateFlags::NONE)?;
-        run.instantiate_unchecked = Some(t.elapsed());
-        drop(twin_exec);
-        drop(twin);
 
         // The checks alone, after the checked instantiation so that they do not warm it.
         let t = Instant::now();
@@ -160,6 +145,32 @@ impl Workloads for SafePath {
         drop(exec);
         drop(graph);
         Ok(run)
+    }
+
+    fn build_instantiate(
+        &mut self,
+        mode: Mode,
+        k: u32,
+        shape: Shape,
+        checked: bool,
+    ) -> Result<CycleRun> {
+        let t = Instant::now();
+        let graph = self.build(mode, k, shape)?;
+        let build = t.elapsed();
+        let t = Instant::now();
+        let exec = if checked {
+            graph.instantiate(InstantiateFlags::NONE)?
+        } else {
+            graph.instantiate_unchecked(InstantiateFlags::NONE)?
+        };
+        let instantiate = t.elapsed();
+        drop(exec);
+        drop(graph);
+        Ok(CycleRun { build, instantiate })
+    }
+
+    fn has_unchecked(&self) -> bool {
+        true
     }
 
     fn stream_chain(&mut self, k: u32, shape: Shape, iters: u32) -> Result<StreamRun> {

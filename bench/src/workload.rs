@@ -154,16 +154,11 @@ pub struct Counts {
     pub sync_iters: u32,
 }
 
-/// What one run of a graph workload measured (totals, not per launch).
+/// What one run of a graph workload measured (totals, not per launch). Its build and
+/// instantiation are not timed here: [`Workloads::build_instantiate`] times them, many times.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GraphRun {
-    /// Building the graph: creating it and adding 3k nodes, or the whole capture.
-    pub build: Duration,
-    /// Instantiation; for the safe path with the lifetime checks.
-    pub instantiate: Duration,
-    /// The safe path only: instantiation without the checks (of a second, identical graph).
-    pub instantiate_unchecked: Option<Duration>,
-    /// The safe path only: `Graph::check` alone (the checks' share of `instantiate`).
+    /// The safe path only: `Graph::check` alone (the checks' share of the instantiation).
     pub check: Option<Duration>,
     /// The first launch and a synchronize.
     pub first_launch: Duration,
@@ -173,6 +168,15 @@ pub struct GraphRun {
     pub steady: Duration,
     /// `sync_iters` times launch + synchronize.
     pub launch_sync: Duration,
+}
+
+/// What one build + instantiate cycle measured.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CycleRun {
+    /// Building the graph: creating it and adding 3k nodes, or the whole capture.
+    pub build: Duration,
+    /// Instantiating it (the safe path: with or without the lifetime checks, as asked).
+    pub instantiate: Duration,
 }
 
 /// What one run of the workload without graphs measured (totals).
@@ -194,6 +198,22 @@ pub trait Workloads {
     /// `counts.sync_iters` times with a synchronize each.
     fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape, counts: Counts)
     -> Result<GraphRun>;
+
+    /// One build + instantiate cycle of the same chain: built with `mode`, instantiated, then
+    /// destroyed without a launch. `checked` asks the safe path for its lifetime checks (on in
+    /// a user's `Graph::instantiate`, off in `instantiate_unchecked`); the others ignore it.
+    fn build_instantiate(
+        &mut self,
+        mode: Mode,
+        k: u32,
+        shape: Shape,
+        checked: bool,
+    ) -> Result<CycleRun>;
+
+    /// Whether this path also instantiates without checks (`checked == false` differs).
+    fn has_unchecked(&self) -> bool {
+        false
+    }
 
     /// The same work without a graph: `iters` times k × (stream-ordered alloc, kernel,
     /// stream-ordered free) on one stream, then one synchronize.

@@ -11,7 +11,7 @@
 //! disturb a capture in progress.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::device::Device;
@@ -140,6 +140,9 @@ struct AllocInner {
     state: Mutex<LiveState>,
     /// Ids of the graphs that have a free node for it.
     free_graphs: Mutex<Vec<u64>>,
+    /// How many there are (written under the lock), so that the common question, "does a graph
+    /// other than the one freeing it free it too?", needs no lock when only one does.
+    free_graph_count: AtomicUsize,
     _tracked: crate::track::Tracked,
 }
 
@@ -177,6 +180,7 @@ impl GraphAllocation {
                 label,
                 state: Mutex::new(LiveState::default()),
                 free_graphs: Mutex::new(Vec::new()),
+                free_graph_count: AtomicUsize::new(0),
                 _tracked: crate::track::Tracked::new(crate::track::Kind::GraphAllocation),
             }),
         }
@@ -222,8 +226,13 @@ impl GraphAllocation {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// Whether a graph other than `graph` has a free node for it.
+    /// Whether a graph other than `graph` has a free node for it. `graph` is one that has, or
+    /// has just had, a free node for it.
     pub(crate) fn freed_by_another_graph(&self, graph: u64) -> bool {
+        if self.inner.free_graph_count.load(Ordering::Acquire) <= 1 {
+            // At most one graph frees it: `graph`, or (just removed) none.
+            return false;
+        }
         let graphs = self
             .inner
             .free_graphs
@@ -246,6 +255,9 @@ impl GraphAllocation {
         } else {
             graphs.retain(|&g| g != graph);
         }
+        self.inner
+            .free_graph_count
+            .store(graphs.len(), Ordering::Release);
     }
 
     fn state(&self) -> MutexGuard<'_, LiveState> {

@@ -9,6 +9,7 @@ use crate::alloc::GraphAllocation;
 use crate::device::Device;
 use crate::error::{Result, check};
 use crate::event::{Event, EventFlags};
+use crate::few::Few;
 use crate::graph::{Graph, MemOp, NodeKind, next_graph_id};
 use crate::idmap::IdMap;
 use crate::module::{Function, KernelArgs, LaunchConfig};
@@ -430,9 +431,9 @@ pub(crate) unsafe fn read_graph(
             raw: node,
             kind,
             label: None,
-            deps: Vec::new(),
-            uses: node_uses,
-            mem,
+            deps: Few::new(),
+            uses: node_uses.into(),
+            mem: mem.into(),
             event: None,
         });
     }

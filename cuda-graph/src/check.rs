@@ -534,19 +534,23 @@ struct Rows {
 impl Rows {
     /// Groups `(row, item)` pairs by row, keeping their order within each row.
     fn from_pairs(rows: usize, pairs: &[(u32, u32)]) -> Rows {
-        let mut start = vec![0u32; rows + 1];
+        // Counting sort in place: after the prefix sums `start[r + 1]` is where row r begins;
+        // filling row r advances it to where row r ends, which is where row r + 1 begins. One
+        // spare entry at the end is dropped.
+        let mut start = vec![0u32; rows + 2];
         for &(r, _) in pairs {
-            start[r as usize + 1] += 1;
+            start[r as usize + 2] += 1;
         }
         for r in 0..rows {
-            start[r + 1] += start[r];
+            start[r + 2] += start[r + 1];
         }
-        let mut fill = start.clone();
         let mut items = vec![0u32; pairs.len()];
         for &(r, item) in pairs {
-            items[fill[r as usize] as usize] = item;
-            fill[r as usize] += 1;
+            let at = &mut start[r as usize + 1];
+            items[*at as usize] = item;
+            *at += 1;
         }
+        start.pop();
         Rows { start, items }
     }
 
@@ -631,7 +635,8 @@ impl Pairs {
     /// building the model (keys in the order the record first mentions the allocations).
     fn from_record(graph: &Graph) -> Pairs {
         let mut pairs = Pairs::new(graph.nodes.len());
-        let mut keys: IdMap<u64, u32> = IdMap::default();
+        let mut keys: IdMap<u64, u32> =
+            IdMap::with_capacity_and_hasher(graph.nodes.len(), Default::default());
         for (i, node) in graph.nodes.iter().enumerate() {
             let i = i as u32;
             pairs.edges.extend(node.deps.iter().map(|&d| (i, d)));
@@ -642,13 +647,13 @@ impl Pairs {
                     pairs.keys as u32 - 1
                 })
             };
-            let (mut allocated, mut freed) = (Vec::new(), Vec::new());
+            // This node's pairs so far, to skip an allocation it names twice.
+            let (first_alloc, first_free) = (pairs.allocs.len(), pairs.frees.len());
             for op in &node.mem {
                 match op {
                     MemOp::Alloc(a) => {
                         let k = key(&mut pairs, a);
-                        if !allocated.contains(&k) {
-                            allocated.push(k);
+                        if !pairs.allocs[first_alloc..].contains(&(k, i)) {
                             pairs.allocs.push((k, i));
                         }
                     }
@@ -657,8 +662,7 @@ impl Pairs {
                         if a.freed_by_another_graph(graph.id) {
                             pairs.elsewhere[k as usize] = true;
                         }
-                        if !freed.contains(&k) {
-                            freed.push(k);
+                        if !pairs.frees[first_free..].contains(&(k, i)) {
                             pairs.frees.push((k, i));
                         }
                     }
@@ -721,7 +725,7 @@ impl Pairs {
             }
         }
 
-        match Order::new(n, &deps) {
+        match Order::new(n, deps) {
             Ok(order) => order.check(&allocs, &frees, &users, &mut found),
             Err(cycle) => found.push(cycle),
         }
@@ -787,9 +791,25 @@ struct Span {
 }
 
 impl Order {
-    /// Kahn's algorithm, with a stack: chains stay together in the order. A cycle comes back as
-    /// its violation.
-    fn new(n: usize, deps: &Rows) -> std::result::Result<Order, Found> {
+    /// The nodes' own order when every dependency comes earlier (always so for a builder's
+    /// graph, whose nodes can only depend on nodes that exist); otherwise Kahn's algorithm,
+    /// with a stack, so that chains stay together in the order. A cycle comes back as its
+    /// violation.
+    fn new(n: usize, deps: Rows) -> std::result::Result<Order, Found> {
+        let ordered = (0..n).all(|i| deps.row(i).iter().all(|&d| (d as usize) < i));
+        if ordered {
+            let identity: Vec<u32> = (0..n as u32).collect();
+            return Ok(Order {
+                pos: identity.clone(),
+                node: identity,
+                deps,
+            });
+        }
+        Order::sorted(n, &deps)
+    }
+
+    /// Kahn's algorithm.
+    fn sorted(n: usize, deps: &Rows) -> std::result::Result<Order, Found> {
         let mut indegree: Vec<u32> = (0..n).map(|i| deps.start[i + 1] - deps.start[i]).collect();
         let child_pairs: Vec<(u32, u32)> = (0..n)
             .flat_map(|i| deps.row(i).iter().map(move |&d| (d, i as u32)))
@@ -839,22 +859,13 @@ impl Order {
         // Rule 1: forward from each alloc node to its users and free nodes (a node that both
         // uses and frees is found twice, and deduplicated with the rest).
         let targets = |k: usize| users.row(k).iter().chain(frees.row(k));
-        // Allocations by their (first) alloc node, then by their (first) free node: scanning
-        // the order through these gives the spans sorted by start, or by end.
-        let by_node = |rows: &Rows| {
-            let pairs: Vec<(u32, u32)> = (0..keys)
-                .filter_map(|k| rows.row(k).first().map(|&v| (v, k as u32)))
-                .collect();
-            Rows::from_pairs(self.node.len(), &pairs)
-        };
-        let allocated_at = by_node(allocs);
+        // Spans are batched in the order of their alloc node (rule 1) or free node (rule 2), so
+        // that a batch covers a short stretch of the order.
         let mut spans = Vec::new();
-        for (&v, k) in self
-            .node
-            .iter()
-            .flat_map(|v| allocated_at.row(*v as usize).iter().map(move |k| (v, k)))
-        {
-            let (a, k) = (v, *k as usize);
+        for k in 0..keys {
+            let Some(&a) = allocs.row(k).first() else {
+                continue;
+            };
             let lo = pos[a as usize];
             let mut hi = lo;
             for &t in targets(k) {
@@ -874,6 +885,7 @@ impl Order {
                 });
             }
         }
+        spans.sort_unstable_by_key(|s| (s.lo, s.key));
         for batch in spans.chunks(64) {
             let (lo, hi) = bounds(batch);
             mask[lo..=hi].fill(0);
@@ -898,13 +910,10 @@ impl Order {
         // Rule 2: backward from each (first) free node to the users.
         let mut late: Vec<(u32, u32, u32)> = Vec::new(); // (key, user, free)
         spans.clear();
-        let freed_at = by_node(frees);
-        for (&v, k) in self
-            .node
-            .iter()
-            .flat_map(|v| freed_at.row(*v as usize).iter().map(move |k| (v, k)))
-        {
-            let (f, k) = (v, *k as usize);
+        for k in 0..keys {
+            let Some(&f) = frees.row(k).first() else {
+                continue;
+            };
             let hi = pos[f as usize];
             let mut lo = hi;
             for &u in users.row(k) {
@@ -922,6 +931,7 @@ impl Order {
                 });
             }
         }
+        spans.sort_unstable_by_key(|s| (s.hi, s.key));
         for batch in spans.chunks(64) {
             let (lo, hi) = bounds(batch);
             mask[lo..=hi].fill(0);
@@ -945,7 +955,7 @@ impl Order {
             }
         }
         // Users after the free in the order: reached from it (use after free), or unordered.
-        let mut search = PathSearch::new(self.node.len());
+        let mut search = PathSearch::new(if late.is_empty() { 0 } else { self.node.len() });
         for (k, u, f) in late {
             let mut v = Found::new(
                 Rule::UnorderedWithFree,

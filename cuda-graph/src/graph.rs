@@ -10,6 +10,7 @@ use crate::alloc::{AllocParams, GraphAllocation};
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
+use crate::few::Few;
 use crate::memory::DeviceAddress;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::sys;
@@ -99,11 +100,11 @@ pub struct NodeRecord {
     /// The user's name for it, if any.
     pub label: Option<String>,
     /// Positions of the nodes it depends on.
-    pub deps: Vec<u32>,
+    pub deps: Few<u32>,
     /// Graph allocations it reads or writes (kernel arguments, memset/memcpy operands).
-    pub uses: Vec<GraphAllocation>,
+    pub uses: Few<GraphAllocation>,
     /// Allocations it allocates or frees.
-    pub mem: Vec<MemOp>,
+    pub mem: Few<MemOp>,
     /// The event an event record or event wait node records or waits for.
     pub event: Option<Event>,
 }
@@ -256,13 +257,15 @@ impl Graph {
         Ok(node.index as usize)
     }
 
+    /// The driver's handles and the record's positions of `deps`, refusing a node of another
+    /// graph and a node listed twice. One dependency needs no heap allocation.
     fn resolve(
         &self,
         call: &'static str,
         deps: &[Node],
-    ) -> Result<(Vec<sys::CUgraphNode>, Vec<u32>)> {
-        let mut raw = Vec::with_capacity(deps.len());
-        let mut indices = Vec::with_capacity(deps.len());
+    ) -> Result<(Few<sys::CUgraphNode>, Few<u32>)> {
+        let mut raw = Few::new();
+        let mut indices = Few::new();
         for &dep in deps {
             let i = self.index_of(call, dep)?;
             if indices.contains(&(i as u32)) {
@@ -277,15 +280,15 @@ impl Graph {
         Ok((raw, indices))
     }
 
-    fn push(&mut self, raw: sys::CUgraphNode, kind: NodeKind, deps: Vec<u32>) -> Node {
+    fn push(&mut self, raw: sys::CUgraphNode, kind: NodeKind, deps: Few<u32>) -> Node {
         let index = self.nodes.len() as u32;
         self.nodes.push(NodeRecord {
             raw,
             kind,
             label: None,
             deps,
-            uses: Vec::new(),
-            mem: Vec::new(),
+            uses: Few::new(),
+            mem: Few::new(),
             event: None,
         });
         Node {
@@ -419,7 +422,7 @@ impl Graph {
             )
         })?;
         let node = self.push(raw, NodeKind::Kernel(function.shared_name()), indices);
-        self.nodes[node.index()].uses = args.uses().to_vec();
+        self.nodes[node.index()].uses = args.uses().iter().cloned().collect();
         Ok(node)
     }
 

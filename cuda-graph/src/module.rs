@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::alloc::GraphAllocation;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
+use crate::few::{Few, Inline};
 use crate::memory::DeviceAddress;
 use crate::stream::AsStream;
 use crate::sys;
@@ -204,12 +205,13 @@ impl LaunchConfig {
 /// [`KernelArgs::ptr`] are recorded as uses of the allocation, for the lifetime checks.
 #[derive(Debug, Default, Clone)]
 pub struct KernelArgs {
-    /// Argument bytes, each argument starting at a word boundary (8-byte alignment).
-    words: Vec<u64>,
+    /// Argument bytes, each argument starting at a word boundary (8-byte alignment); inline up
+    /// to 16 words, so a typical list needs no heap allocation.
+    words: Inline<u64, 16>,
     /// Word offset of each argument.
-    offsets: Vec<usize>,
+    offsets: Inline<u32, 16>,
     /// Graph allocations among the arguments.
-    uses: Vec<GraphAllocation>,
+    uses: Few<GraphAllocation>,
 }
 
 impl KernelArgs {
@@ -224,11 +226,12 @@ impl KernelArgs {
         const { assert!(align_of::<T>() <= 8, "kernel argument alignment above 8") };
         let offset = self.words.len();
         self.words
-            .resize(offset + size_of::<T>().div_ceil(8).max(1), 0);
-        // SAFETY: the words from `offset` hold at least size_of::<T>() bytes, 8-byte aligned,
-        // and `T: Copy` has no drop glue.
-        unsafe { self.words.as_mut_ptr().add(offset).cast::<T>().write(value) };
-        self.offsets.push(offset);
+            .grow_to(offset + size_of::<T>().div_ceil(8).max(1));
+        let words = &mut self.words.as_mut_slice()[offset..];
+        // SAFETY: `words` holds at least size_of::<T>() bytes, 8-byte aligned, and `T: Copy`
+        // has no drop glue.
+        unsafe { words.as_mut_ptr().cast::<T>().write(value) };
+        self.offsets.push(offset as u32);
         self
     }
 
@@ -247,7 +250,7 @@ impl KernelArgs {
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.offsets.is_empty()
+        self.offsets.len() == 0
     }
 
     /// The graph allocations the arguments name.
@@ -257,7 +260,7 @@ impl KernelArgs {
 
     /// Calls `f` with the `void**` array `cuLaunchKernel` and kernel nodes take.
     pub(crate) fn with_pointers<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
-        let base = self.words.as_ptr() as *mut u64;
+        let base = self.words.as_slice().as_ptr() as *mut u64;
         let mut inline = [std::ptr::null_mut::<c_void>(); 16];
         let mut heap = Vec::new();
         let pointers: &mut [*mut c_void] = if self.offsets.len() <= inline.len() {
@@ -266,9 +269,9 @@ impl KernelArgs {
             heap.resize(self.offsets.len(), std::ptr::null_mut());
             &mut heap
         };
-        for (slot, &offset) in pointers.iter_mut().zip(&self.offsets) {
+        for (slot, &offset) in pointers.iter_mut().zip(self.offsets.as_slice()) {
             // SAFETY: every offset is inside `words`.
-            *slot = unsafe { base.add(offset) }.cast();
+            *slot = unsafe { base.add(offset as usize) }.cast();
         }
         f(pointers.as_mut_ptr())
     }

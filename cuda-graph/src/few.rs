@@ -1,0 +1,217 @@
+//! Short lists that usually need no heap allocation: [`Few`] for a node record's dependencies,
+//! uses and memory operations (most nodes have one of each), and `Inline` for a kernel's
+//! argument bytes. Building a graph makes thousands of these; a `Vec` allocates for each.
+
+use std::fmt;
+use std::ops::Deref;
+
+/// A list that keeps a single item inline and moves to a `Vec` at the second. Reads as a slice
+/// (`Deref<Target = [T]>`).
+#[derive(Clone, Default)]
+pub enum Few<T> {
+    /// No items.
+    #[default]
+    Empty,
+    /// One item, inline.
+    One(T),
+    /// Two or more.
+    Many(Vec<T>),
+}
+
+impl<T> Few<T> {
+    /// An empty list.
+    pub const fn new() -> Few<T> {
+        Few::Empty
+    }
+
+    /// Appends an item.
+    pub fn push(&mut self, item: T) {
+        *self = match std::mem::replace(self, Few::Empty) {
+            Few::Empty => Few::One(item),
+            Few::One(first) => Few::Many(vec![first, item]),
+            Few::Many(mut items) => {
+                items.push(item);
+                Few::Many(items)
+            }
+        };
+    }
+
+    /// The items.
+    pub fn as_slice(&self) -> &[T] {
+        match self {
+            Few::Empty => &[],
+            Few::One(item) => std::slice::from_ref(item),
+            Few::Many(items) => items,
+        }
+    }
+}
+
+impl<T> Deref for Few<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.as_slice()
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Few<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl<T> From<Vec<T>> for Few<T> {
+    fn from(mut items: Vec<T>) -> Few<T> {
+        match items.len() {
+            0 => Few::Empty,
+            1 => items.pop().map_or(Few::Empty, Few::One),
+            _ => Few::Many(items),
+        }
+    }
+}
+
+impl<T> FromIterator<T> for Few<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Few<T> {
+        let mut few = Few::Empty;
+        few.extend(iter);
+        few
+    }
+}
+
+impl<T> Extend<T> for Few<T> {
+    fn extend<I: IntoIterator<Item = T>>(&mut self, iter: I) {
+        for item in iter {
+            self.push(item);
+        }
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Few<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl<T: PartialEq> PartialEq for Few<T> {
+    fn eq(&self, other: &Few<T>) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl<T: Eq> Eq for Few<T> {}
+
+impl<T: PartialEq> PartialEq<Vec<T>> for Few<T> {
+    fn eq(&self, other: &Vec<T>) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl<T: PartialEq> PartialEq<[T]> for Few<T> {
+    fn eq(&self, other: &[T]) -> bool {
+        self.as_slice() == other
+    }
+}
+
+/// A list of up to `N` plain values kept inline, moved to the heap (all of it) past `N`.
+#[derive(Clone, Debug)]
+pub(crate) struct Inline<T, const N: usize> {
+    len: usize,
+    inline: [T; N],
+    /// Every item, once there are more than `N`.
+    heap: Vec<T>,
+}
+
+impl<T: Copy + Default, const N: usize> Inline<T, N> {
+    pub(crate) fn new() -> Inline<T, N> {
+        Inline {
+            len: 0,
+            inline: [T::default(); N],
+            heap: Vec::new(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn as_slice(&self) -> &[T] {
+        if self.len <= N {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
+        if self.len <= N {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.heap
+        }
+    }
+
+    /// Grows to `len` items; the new ones are `T::default()`.
+    pub(crate) fn grow_to(&mut self, len: usize) {
+        if len <= self.len {
+            return;
+        }
+        if len > N {
+            if self.len <= N {
+                self.heap = self.inline[..self.len].to_vec();
+            }
+            self.heap.resize(len, T::default());
+        }
+        // Inline items past `self.len` were never written: still `T::default()`.
+        self.len = len;
+    }
+
+    pub(crate) fn push(&mut self, item: T) {
+        let at = self.len;
+        self.grow_to(at + 1);
+        self.as_mut_slice()[at] = item;
+    }
+}
+
+impl<T: Copy + Default, const N: usize> Default for Inline<T, N> {
+    fn default() -> Inline<T, N> {
+        Inline::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Few, Inline};
+
+    #[test]
+    fn inline_moves_to_the_heap_past_its_capacity() {
+        let mut list: Inline<u64, 2> = Inline::new();
+        list.push(1);
+        list.grow_to(2);
+        assert_eq!(list.as_slice(), &[1, 0]);
+        list.push(3);
+        list.as_mut_slice()[1] = 2;
+        assert_eq!((list.len(), list.as_slice()), (3, &[1, 2, 3][..]));
+        list.grow_to(5);
+        assert_eq!(list.as_slice(), &[1, 2, 3, 0, 0]);
+    }
+
+    #[test]
+    fn grows_from_inline_to_vec() {
+        let mut few = Few::new();
+        assert!(few.is_empty());
+        few.push(1);
+        assert!(matches!(few, Few::One(1)));
+        few.push(2);
+        few.push(3);
+        assert_eq!(few, vec![1, 2, 3]);
+        assert_eq!(few.len(), 3);
+        assert!(few.contains(&2));
+        assert_eq!(format!("{few:?}"), "[1, 2, 3]");
+        let collected: Few<u32> = (0..1).collect();
+        assert!(matches!(collected, Few::One(0)));
+        assert_eq!(Few::from(vec![7, 8]).as_slice(), &[7, 8]);
+        assert!(matches!(Few::from(vec![9]), Few::One(9)));
+        assert!(matches!(Few::<u8>::from(Vec::new()), Few::Empty));
+    }
+}
