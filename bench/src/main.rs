@@ -52,7 +52,7 @@ options:
   --segment-cap N     at most N segments (k x launches) per steady measurement; 0 = no cap
                       (default 0; quick 20000)
   --cycles N          build + instantiate cycles per path and repetition, at most (default 100;
-                      quick 20; fewer for long chains: about 2000 segments, at least 3)
+                      quick 20; fewer for long chains: about 20000 segments, at least 3)
   --budget SECS       add no repetition that would end after SECS (default 480; quick 240)
   --elements N        32-bit elements per allocation (default 65536, i.e. 256 KiB)
   --device N          the GPU (default 0)

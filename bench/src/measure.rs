@@ -90,9 +90,9 @@ pub struct Plan {
 
 impl Plan {
     /// Build + instantiate rounds for chains of `k` segments: `cycles`, capped so that the rounds
-    /// build about 2,000 segments per variant, and at least 3.
+    /// build about 20,000 segments per variant, and at least 3.
     pub fn cycle_rounds(&self, k: u32) -> u32 {
-        self.cycles.min(2000 / k.max(1)).max(3)
+        self.cycles.min(20_000 / k.max(1)).max(3)
     }
 
     /// The counts for chains of `k` segments: `launches` capped so that k × launches stays

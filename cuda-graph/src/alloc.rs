@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::{Event, EventFlags};
+use crate::few::Few;
 use crate::memory::DeviceAddress;
 use crate::stream::{AsStream, CaptureStatus};
 use crate::sys;
@@ -139,7 +140,7 @@ struct AllocInner {
     label: Option<String>,
     state: Mutex<LiveState>,
     /// Ids of the graphs that have a free node for it.
-    free_graphs: Mutex<Vec<u64>>,
+    free_graphs: Mutex<Few<u64>>,
     /// How many there are (written under the lock), so that the common question, "does a graph
     /// other than the one freeing it free it too?", needs no lock when only one does.
     free_graph_count: AtomicUsize,
@@ -179,7 +180,7 @@ impl GraphAllocation {
                 owner,
                 label,
                 state: Mutex::new(LiveState::default()),
-                free_graphs: Mutex::new(Vec::new()),
+                free_graphs: Mutex::new(Few::new()),
                 free_graph_count: AtomicUsize::new(0),
                 _tracked: crate::track::Tracked::new(crate::track::Kind::GraphAllocation),
             }),
@@ -252,8 +253,8 @@ impl GraphAllocation {
             if !graphs.contains(&graph) {
                 graphs.push(graph);
             }
-        } else {
-            graphs.retain(|&g| g != graph);
+        } else if graphs.contains(&graph) {
+            *graphs = graphs.iter().copied().filter(|&g| g != graph).collect();
         }
         self.inner
             .free_graph_count

@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::alloc::GraphAllocation;
 use crate::device::Device;
@@ -45,10 +46,13 @@ impl CaptureMode {
 pub struct Capture<'s, S: AsStream> {
     stream: &'s S,
     id: u64,
-    allocations: RefCell<Vec<GraphAllocation>>,
-    frees: RefCell<Vec<GraphAllocation>>,
-    /// Uses of graph allocations by captured launches: (node, allocations).
-    uses: RefCell<Vec<(sys::CUgraphNode, Vec<GraphAllocation>)>>,
+    /// The nodes this guard's calls captured, as the stream's capture reported them: reading
+    /// the graph back needs no driver call for them.
+    captured: RefCell<Vec<(sys::CUgraphNode, Captured)>>,
+    /// Allocations and frees whose node the stream did not report (matched by address when
+    /// the graph is read back).
+    unmatched_allocations: RefCell<Vec<GraphAllocation>>,
+    unmatched_frees: RefCell<Vec<GraphAllocation>>,
     /// Events of forks and joins, alive until the capture ends.
     events: RefCell<Vec<Event>>,
     ended: bool,
@@ -72,9 +76,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
         Ok(Capture {
             stream,
             id: next_graph_id(),
-            allocations: RefCell::new(Vec::new()),
-            frees: RefCell::new(Vec::new()),
-            uses: RefCell::new(Vec::new()),
+            captured: RefCell::new(Vec::new()),
+            unmatched_allocations: RefCell::new(Vec::new()),
+            unmatched_frees: RefCell::new(Vec::new()),
             events: RefCell::new(Vec::new()),
             ended: false,
         })
@@ -124,7 +128,16 @@ impl<'s, S: AsStream> Capture<'s, S> {
         let mut ptr = 0;
         check(f(&mut ptr), call)?;
         let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
-        self.allocations.borrow_mut().push(allocation.clone());
+        match last_captured_node(self.stream)? {
+            Some(node) => self
+                .captured
+                .borrow_mut()
+                .push((node, Captured::Alloc(allocation.clone()))),
+            None => self
+                .unmatched_allocations
+                .borrow_mut()
+                .push(allocation.clone()),
+        }
         Ok(allocation)
     }
 
@@ -136,7 +149,13 @@ impl<'s, S: AsStream> Capture<'s, S> {
             unsafe { sys::cuMemFreeAsync(allocation.ptr(), self.stream.as_raw_stream()) },
             "cuMemFreeAsync",
         )?;
-        self.frees.borrow_mut().push(allocation.clone());
+        match last_captured_node(self.stream)? {
+            Some(node) => self
+                .captured
+                .borrow_mut()
+                .push((node, Captured::Free(allocation.clone()))),
+            None => self.unmatched_frees.borrow_mut().push(allocation.clone()),
+        }
         Ok(())
     }
 
@@ -171,10 +190,11 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ) -> Result<()> {
         // SAFETY: the caller upholds the launch contract.
         unsafe { function.launch(stream, config, args) }?;
-        if !args.uses().is_empty() {
-            if let Some(node) = last_captured_node(stream)? {
-                self.uses.borrow_mut().push((node, args.uses().to_vec()));
-            }
+        if let Some(node) = last_captured_node(stream)? {
+            let uses = args.uses().iter().cloned().collect();
+            self.captured
+                .borrow_mut()
+                .push((node, Captured::Kernel(function.shared_name(), uses)));
         }
         Ok(())
     }
@@ -212,16 +232,15 @@ impl<'s, S: AsStream> Capture<'s, S> {
             }
             check(status, "cuStreamEndCapture")?;
         }
-        let uses = self.uses.take();
         // SAFETY: `raw` is the captured graph, owned by nobody else.
         unsafe {
             read_graph(
                 raw,
                 self.stream.device(),
                 self.id,
-                &self.allocations.borrow(),
-                &self.frees.borrow(),
-                &uses,
+                &self.captured.take(),
+                &self.unmatched_allocations.borrow(),
+                &self.unmatched_frees.borrow(),
             )
         }
     }
@@ -279,9 +298,19 @@ fn last_captured_node(stream: &impl AsStream) -> Result<Option<sys::CUgraphNode>
     Ok((count == 1 && !deps.is_null()).then(|| unsafe { *deps }))
 }
 
-/// Builds a [`Graph`] around a raw graph by reading its nodes and edges: memory nodes become
-/// `MemOp`s (matched to `allocations` and `frees` by address, or new allocations when made by
-/// other code), and `uses` are attached to their nodes.
+/// What a call of a [`Capture`] captured, by the node the stream reported for it.
+pub(crate) enum Captured {
+    /// `malloc_async` or `malloc_from_pool_async`.
+    Alloc(GraphAllocation),
+    /// `free_async`.
+    Free(GraphAllocation),
+    /// `launch` or `launch_on`: the kernel's name and the allocations among its arguments.
+    Kernel(Arc<str>, Few<GraphAllocation>),
+}
+
+/// Builds a [`Graph`] around a raw graph by reading its nodes and edges. The `captured` nodes
+/// are known; the others are asked for their type, and their memory nodes become `MemOp`s,
+/// matched to `allocations` and `frees` by address, or new allocations when made by other code.
 ///
 /// # Safety
 ///
@@ -290,9 +319,9 @@ pub(crate) unsafe fn read_graph(
     raw: sys::CUgraph,
     device: &Device,
     id: u64,
+    captured: &[(sys::CUgraphNode, Captured)],
     allocations: &[GraphAllocation],
     frees: &[GraphAllocation],
-    uses: &[(sys::CUgraphNode, Vec<GraphAllocation>)],
 ) -> Result<Graph> {
     let mut graph = Graph::wrap(raw, device, id);
     let mut count = 0;
@@ -365,14 +394,45 @@ pub(crate) unsafe fn read_graph(
         .filter(|f| f.owner_graph() != id)
         .map(|a| (a.ptr(), a.clone()))
         .collect();
-    let mut uses_of: IdMap<usize, Vec<GraphAllocation>> = IdMap::default();
-    for (node, used) in uses {
-        uses_of
-            .entry(*node as usize)
-            .or_default()
-            .extend(used.iter().cloned());
-    }
+    let known: IdMap<usize, &Captured> = captured
+        .iter()
+        .map(|(node, what)| (*node as usize, what))
+        .collect();
+    graph.nodes.reserve(nodes.len());
     for &node in &nodes {
+        if let Some(&what) = known.get(&(node as usize)) {
+            let (kind, uses, mem) = match what {
+                Captured::Alloc(a) => {
+                    by_address.insert(a.ptr(), a.clone());
+                    (
+                        NodeKind::MemAlloc,
+                        Few::new(),
+                        Few::One(MemOp::Alloc(a.clone())),
+                    )
+                }
+                Captured::Free(a) => {
+                    a.register_free(id, true);
+                    (
+                        NodeKind::MemFree,
+                        Few::new(),
+                        Few::One(MemOp::Free(a.clone())),
+                    )
+                }
+                Captured::Kernel(name, uses) => {
+                    (NodeKind::Kernel(name.clone()), uses.clone(), Few::new())
+                }
+            };
+            graph.nodes.push(crate::graph::NodeRecord {
+                raw: node,
+                kind,
+                label: None,
+                deps: Few::new(),
+                uses,
+                mem,
+                event: None,
+            });
+            continue;
+        }
         let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         check(
             // SAFETY: the node belongs to the graph.
@@ -426,13 +486,12 @@ pub(crate) unsafe fn read_graph(
             }
             _ => {}
         }
-        let node_uses = uses_of.remove(&(node as usize)).unwrap_or_default();
         graph.nodes.push(crate::graph::NodeRecord {
             raw: node,
             kind,
             label: None,
             deps: Few::new(),
-            uses: node_uses.into(),
+            uses: Few::new(),
             mem: mem.into(),
             event: None,
         });

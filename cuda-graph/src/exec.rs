@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::alloc::GraphAllocation;
+use crate::check::Roles;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::{Event, EventFlags};
-use crate::graph::{Graph, Keep, MemOp};
-use crate::idmap::{IdMap, IdSet};
+use crate::graph::{Graph, Keep};
 use crate::stream::AsStream;
 use crate::sys;
 
@@ -66,8 +66,8 @@ impl std::ops::BitOrAssign for InstantiateFlags {
 impl Graph {
     /// Checks the lifetime rules ([`crate::check`]) and instantiates (`cuGraphInstantiateWithFlags`).
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
-        self.check()?;
-        self.instantiate_raw(flags, std::ptr::null_mut())
+        let roles = self.checked_roles()?;
+        self.instantiate_raw(flags, std::ptr::null_mut(), roles)
     }
 
     /// As [`instantiate`](Graph::instantiate), and uploads into `stream` as part of it
@@ -77,17 +77,26 @@ impl Graph {
         flags: InstantiateFlags,
         stream: &impl AsStream,
     ) -> Result<ExecGraph> {
-        self.check()?;
-        self.instantiate_raw(flags | InstantiateFlags::UPLOAD, stream.as_raw_stream())
+        let roles = self.checked_roles()?;
+        self.instantiate_raw(
+            flags | InstantiateFlags::UPLOAD,
+            stream.as_raw_stream(),
+            roles,
+        )
     }
 
     /// Instantiates without the lifetime checks: for those who measured that they need it.
     /// A graph that breaks the rules then reads or writes other allocations' data.
     pub fn instantiate_unchecked(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
-        self.instantiate_raw(flags, std::ptr::null_mut())
+        self.instantiate_raw(flags, std::ptr::null_mut(), self.roles())
     }
 
-    fn instantiate_raw(&self, flags: InstantiateFlags, upload: sys::CUstream) -> Result<ExecGraph> {
+    fn instantiate_raw(
+        &self,
+        flags: InstantiateFlags,
+        upload: sys::CUstream,
+        roles: Roles,
+    ) -> Result<ExecGraph> {
         const CALL: &str = "Graph::instantiate";
         let memory_nodes = self.has_memory_nodes();
         if memory_nodes && self.instantiated.swap(true, Ordering::AcqRel) {
@@ -102,33 +111,11 @@ impl Graph {
             }
             e
         };
-        // Sort the record's allocations by role, keyed by id: linear in nodes and uses.
-        let mut allocated: IdMap<u64, &GraphAllocation> = IdMap::default();
-        let mut freed: IdMap<u64, &GraphAllocation> = IdMap::default();
-        for op in self.nodes.iter().flat_map(|n| &n.mem) {
-            match op {
-                MemOp::Alloc(a) => allocated.insert(a.id(), a),
-                MemOp::Free(a) => freed.insert(a.id(), a),
-            };
-        }
-        let unfreed: Vec<GraphAllocation> = self
-            .allocations()
-            .filter(|a| !freed.contains_key(&a.id()))
-            .cloned()
-            .collect();
-        let foreign_frees: Vec<GraphAllocation> = freed
-            .values()
-            .filter(|a| !allocated.contains_key(&a.id()))
-            .map(|a| (*a).clone())
-            .collect();
-        let mut foreign_uses: Vec<GraphAllocation> = Vec::new();
-        let mut seen: IdSet<u64> = IdSet::default();
-        for used in self.nodes.iter().flat_map(|n| &n.uses) {
-            let id = used.id();
-            if !allocated.contains_key(&id) && !freed.contains_key(&id) && seen.insert(id) {
-                foreign_uses.push(used.clone());
-            }
-        }
+        let Roles {
+            unfreed,
+            foreign_frees,
+            foreign_uses,
+        } = roles;
         // Created before the executable graph, so that a failure here leaks nothing.
         let launch_event = if unfreed.is_empty() && foreign_uses.is_empty() {
             None

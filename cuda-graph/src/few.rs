@@ -26,14 +26,15 @@ impl<T> Few<T> {
 
     /// Appends an item.
     pub fn push(&mut self, item: T) {
-        *self = match std::mem::replace(self, Few::Empty) {
-            Few::Empty => Few::One(item),
-            Few::One(first) => Few::Many(vec![first, item]),
-            Few::Many(mut items) => {
-                items.push(item);
-                Few::Many(items)
+        match self {
+            Few::Empty => *self = Few::One(item),
+            Few::Many(items) => items.push(item),
+            Few::One(_) => {
+                if let Few::One(first) = std::mem::take(self) {
+                    *self = Few::Many(vec![first, item]);
+                }
             }
-        };
+        }
     }
 
     /// The items.

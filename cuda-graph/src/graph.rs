@@ -264,6 +264,10 @@ impl Graph {
         call: &'static str,
         deps: &[Node],
     ) -> Result<(Few<sys::CUgraphNode>, Few<u32>)> {
+        if let [dep] = deps {
+            let i = self.index_of(call, *dep)?;
+            return Ok((Few::One(self.nodes[i].raw), Few::One(i as u32)));
+        }
         let mut raw = Few::new();
         let mut indices = Few::new();
         for &dep in deps {

@@ -2,7 +2,7 @@
 //! handles): a multiplicative hash instead of SipHash, which costs more than the bookkeeping
 //! around it. The keys come from CUDA and from our counters, not from untrusted input.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Fibonacci hashing of one integer.
@@ -31,5 +31,3 @@ impl Hasher for IdHasher {
 
 /// A map keyed by an integer.
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
-/// A set of integers.
-pub(crate) type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;

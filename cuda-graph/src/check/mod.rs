@@ -63,6 +63,8 @@
 use crate::idmap::IdMap;
 use std::fmt;
 
+mod small;
+
 use crate::alloc::GraphAllocation;
 use crate::error::{Error, Result};
 use crate::graph::{Graph, MemOp, NodeKind};
@@ -299,16 +301,24 @@ impl Graph {
     /// too. A graph that uses and frees no graph allocation passes at once. Cost: see
     /// [the module](crate::check#cost).
     pub fn check(&self) -> Result<()> {
-        let touches = self
-            .nodes
-            .iter()
-            .any(|n| !n.uses.is_empty() || n.mem.iter().any(|op| matches!(op, MemOp::Free(_))));
-        if !touches {
-            return Ok(());
+        self.checked_roles().map(drop)
+    }
+
+    /// The check, and on success the allocations' roles, which instantiation needs too: one
+    /// pass over the record serves both.
+    pub(crate) fn checked_roles(&self) -> Result<Roles> {
+        let mut roles = Roles::default();
+        if small::verify(&self, true, |key, bits| roles.add(key.0, bits)) {
+            return Ok(roles);
         }
-        let found = Pairs::from_record(self).check();
+        let (pairs, handles) = Pairs::from_record(self);
+        let roles = Roles::of(&pairs, &handles);
+        if pairs.frees.is_empty() && pairs.uses.is_empty() {
+            return Ok(roles);
+        }
+        let found = pairs.check();
         if found.is_empty() {
-            return Ok(());
+            return Ok(roles);
         }
         // Only now, on the error path, the model that names the nodes.
         let (model, handles) = self.record_model(false);
@@ -319,6 +329,16 @@ impl Graph {
             }
         }
         Err(Error::Lifetime(LifetimeError { violations }))
+    }
+
+    /// The allocations' roles without the check (for `instantiate_unchecked`).
+    pub(crate) fn roles(&self) -> Roles {
+        let mut roles = Roles::default();
+        if small::verify(&self, false, |key, bits| roles.add(key.0, bits)) {
+            return roles;
+        }
+        let (pairs, handles) = Pairs::from_record(self);
+        Roles::of(&pairs, &handles)
     }
 
     /// The record as a [`Model`]: what the checks see. Allocations get keys in the order the
@@ -563,6 +583,9 @@ impl Rows {
 /// Checks a model against the rules; returns every violation, ordered by node, then rule.
 /// Cost: see [the module](crate::check#cost).
 pub fn check_model(model: &Model) -> Vec<Violation> {
+    if small::verify(model, true, |_, _| {}) {
+        return Vec::new();
+    }
     name(model, Pairs::from_model(model).check())
 }
 
@@ -632,18 +655,21 @@ impl Pairs {
     }
 
     /// The same pairs as `Pairs::from_model(&graph.model())`, read from the record without
-    /// building the model (keys in the order the record first mentions the allocations).
-    fn from_record(graph: &Graph) -> Pairs {
+    /// building the model (keys in the order the record first mentions the allocations), and
+    /// the allocation of each key.
+    fn from_record<'g>(graph: &'g Graph) -> (Pairs, Vec<&'g GraphAllocation>) {
         let mut pairs = Pairs::new(graph.nodes.len());
         let mut keys: IdMap<u64, u32> =
             IdMap::with_capacity_and_hasher(graph.nodes.len(), Default::default());
+        let mut handles = Vec::new();
         for (i, node) in graph.nodes.iter().enumerate() {
             let i = i as u32;
             pairs.edges.extend(node.deps.iter().map(|&d| (i, d)));
-            let mut key = |pairs: &mut Pairs, a: &GraphAllocation| {
+            let mut key = |pairs: &mut Pairs, a: &'g GraphAllocation| {
                 *keys.entry(a.id()).or_insert_with(|| {
                     pairs.keys += 1;
                     pairs.elsewhere.push(false);
+                    handles.push(a);
                     pairs.keys as u32 - 1
                 })
             };
@@ -676,7 +702,7 @@ impl Pairs {
                 }
             }
         }
-        pairs
+        (pairs, handles)
     }
 
     fn list(&mut self, which: usize) -> &mut Vec<(u32, u32)> {
@@ -730,6 +756,50 @@ impl Pairs {
             Err(cycle) => found.push(cycle),
         }
         found
+    }
+}
+
+/// The allocations an executable graph must track, by their role in its graph.
+#[derive(Debug, Default)]
+pub(crate) struct Roles {
+    /// Allocated by the graph and not freed by it: live after a launch.
+    pub(crate) unfreed: Vec<GraphAllocation>,
+    /// Allocated elsewhere and freed by the graph.
+    pub(crate) foreign_frees: Vec<GraphAllocation>,
+    /// Allocated elsewhere and used, not freed, by the graph.
+    pub(crate) foreign_uses: Vec<GraphAllocation>,
+}
+
+impl Roles {
+    fn of(pairs: &Pairs, handles: &[&GraphAllocation]) -> Roles {
+        let mut role = vec![0u8; pairs.keys];
+        let lists = [
+            (&pairs.allocs, small::ALLOCATES),
+            (&pairs.frees, small::FREES),
+            (&pairs.uses, small::USES),
+        ];
+        for (list, bit) in lists {
+            for &(k, _) in list.iter() {
+                role[k as usize] |= bit;
+            }
+        }
+        let mut roles = Roles::default();
+        for (&bits, &a) in role.iter().zip(handles) {
+            roles.add(a, bits);
+        }
+        roles
+    }
+
+    /// Files `allocation` by what the graph does to it (`small::ALLOCATES | ...`).
+    fn add(&mut self, allocation: &GraphAllocation, bits: u8) {
+        use small::{ALLOCATES, FREES, USES};
+        let list = match bits & (ALLOCATES | FREES) {
+            ALLOCATES => &mut self.unfreed,
+            FREES => &mut self.foreign_frees,
+            0 if bits == USES => &mut self.foreign_uses,
+            _ => return,
+        };
+        list.push(allocation.clone());
     }
 }
 
