@@ -51,19 +51,25 @@
 //!
 //! # Cost
 //!
-//! With `N` nodes, `E` edges and `A` allocations: a topological sort, O(N + E); then the
-//! allocations are taken in batches of 64, in topological order of their alloc (or free) nodes,
-//! and each batch costs one bit-parallel pass over the stretch of the topological order that its
-//! nodes span. For typical graphs, chains alloc → users → free whose nodes lie close together in
-//! that order, the stretches barely overlap and the whole check is linear in nodes plus edges.
-//! The worst case, where every allocation spans the whole graph, is O(⌈A/64⌉ · (N + E)). Finding
-//! the offending path of a [`Rule::UseAfterFree`] costs O(N + E) per violation, on failure only.
-//! Memory: O(N + E + A). `Graph::check` first copies the record into a [`Model`], O(N + E).
+//! With `N` nodes, `E` edges and `A` allocations. First the fast check: when every dependency
+//! comes earlier in the record (always so for the builder's own graphs, unless
+//! [`Graph::add_dependency`] added a back edge) and each allocation's nodes lie within 64
+//! consecutive positions, as in chains alloc → users → free, one pass gives each node its
+//! ancestors among the 64 before it as a bit set, and every rule is a bit test: O(N + E + R)
+//! for R references to allocations, with no heap allocation below 64 nodes. It only confirms.
+//! Otherwise, or when it finds a violation, the general check runs: a topological sort,
+//! O(N + E); then the allocations are taken in batches of 64, in topological order of their
+//! alloc (or free) nodes, and each batch costs one bit-parallel pass over the stretch of the
+//! topological order that its nodes span. For typical graphs the stretches barely overlap and
+//! the whole check is linear in nodes plus edges. The worst case, where every allocation spans
+//! the whole graph, is O(⌈A/64⌉ · (N + E)). Finding the offending path of a
+//! [`Rule::UseAfterFree`] costs O(N + E) per violation, on failure only. Memory: O(N + E + A).
+//! Naming the violations builds a [`Model`] of the record, on failure only.
 
 use crate::idmap::IdMap;
 use std::fmt;
 
-mod small;
+mod fast;
 
 use crate::alloc::GraphAllocation;
 use crate::error::{Error, Result};
@@ -308,7 +314,7 @@ impl Graph {
     /// pass over the record serves both.
     pub(crate) fn checked_roles(&self) -> Result<Roles> {
         let mut roles = Roles::default();
-        if small::verify(&self, true, |key, bits| roles.add(key.0, bits)) {
+        if fast::verify(&self, true, |key, bits| roles.add(key.0, bits)) {
             return Ok(roles);
         }
         let (pairs, handles) = Pairs::from_record(self);
@@ -334,7 +340,7 @@ impl Graph {
     /// The allocations' roles without the check (for `instantiate_unchecked`).
     pub(crate) fn roles(&self) -> Roles {
         let mut roles = Roles::default();
-        if small::verify(&self, false, |key, bits| roles.add(key.0, bits)) {
+        if fast::verify(&self, false, |key, bits| roles.add(key.0, bits)) {
             return roles;
         }
         let (pairs, handles) = Pairs::from_record(self);
@@ -583,7 +589,7 @@ impl Rows {
 /// Checks a model against the rules; returns every violation, ordered by node, then rule.
 /// Cost: see [the module](crate::check#cost).
 pub fn check_model(model: &Model) -> Vec<Violation> {
-    if small::verify(model, true, |_, _| {}) {
+    if fast::verify(model, true, |_, _| {}) {
         return Vec::new();
     }
     name(model, Pairs::from_model(model).check())
@@ -774,9 +780,9 @@ impl Roles {
     fn of(pairs: &Pairs, handles: &[&GraphAllocation]) -> Roles {
         let mut role = vec![0u8; pairs.keys];
         let lists = [
-            (&pairs.allocs, small::ALLOCATES),
-            (&pairs.frees, small::FREES),
-            (&pairs.uses, small::USES),
+            (&pairs.allocs, fast::ALLOCATES),
+            (&pairs.frees, fast::FREES),
+            (&pairs.uses, fast::USES),
         ];
         for (list, bit) in lists {
             for &(k, _) in list.iter() {
@@ -790,9 +796,9 @@ impl Roles {
         roles
     }
 
-    /// Files `allocation` by what the graph does to it (`small::ALLOCATES | ...`).
+    /// Files `allocation` by what the graph does to it (`fast::ALLOCATES | ...`).
     fn add(&mut self, allocation: &GraphAllocation, bits: u8) {
-        use small::{ALLOCATES, FREES, USES};
+        use fast::{ALLOCATES, FREES, USES};
         let list = match bits & (ALLOCATES | FREES) {
             ALLOCATES => &mut self.unfreed,
             FREES => &mut self.foreign_frees,
