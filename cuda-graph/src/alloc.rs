@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::{Event, EventFlags};
-use crate::few::Few;
 use crate::memory::DeviceAddress;
 use crate::stream::{AsStream, CaptureStatus};
 use crate::sys;
@@ -139,11 +138,12 @@ struct AllocInner {
     owner: u64,
     label: Option<String>,
     state: Mutex<LiveState>,
-    /// Ids of the graphs that have a free node for it.
-    free_graphs: Mutex<Few<u64>>,
-    /// How many there are (written under the lock), so that the common question, "does a graph
-    /// other than the one freeing it free it too?", needs no lock when only one does.
-    free_graph_count: AtomicUsize,
+    /// The graphs that have a free node for it: usually one, kept without a lock (0: none)...
+    free_graph: AtomicU64,
+    /// ...and any others (freeing in two graphs is an error the lifetime checks report), with
+    /// their count, so that the common case takes no lock.
+    more_free_graphs: Mutex<Vec<u64>>,
+    more_free_count: AtomicUsize,
     _tracked: crate::track::Tracked,
 }
 
@@ -180,8 +180,9 @@ impl GraphAllocation {
                 owner,
                 label,
                 state: Mutex::new(LiveState::default()),
-                free_graphs: Mutex::new(Few::new()),
-                free_graph_count: AtomicUsize::new(0),
+                free_graph: AtomicU64::new(0),
+                more_free_graphs: Mutex::new(Vec::new()),
+                more_free_count: AtomicUsize::new(0),
                 _tracked: crate::track::Tracked::new(crate::track::Kind::GraphAllocation),
             }),
         }
@@ -227,38 +228,50 @@ impl GraphAllocation {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// Whether a graph other than `graph` has a free node for it. `graph` is one that has, or
-    /// has just had, a free node for it.
+    /// Whether a graph other than `graph` has a free node for it.
     pub(crate) fn freed_by_another_graph(&self, graph: u64) -> bool {
-        if self.inner.free_graph_count.load(Ordering::Acquire) <= 1 {
-            // At most one graph frees it: `graph`, or (just removed) none.
-            return false;
+        let first = self.inner.free_graph.load(Ordering::Acquire);
+        if first != 0 && first != graph {
+            return true;
         }
-        let graphs = self
-            .inner
-            .free_graphs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        graphs.iter().any(|&g| g != graph)
+        self.inner.more_free_count.load(Ordering::Acquire) > 0
+            && self.more_free_graphs().iter().any(|&g| g != graph)
     }
 
     /// Graph `graph` has (`true`) or no longer has (`false`) a free node for it.
     pub(crate) fn register_free(&self, graph: u64, present: bool) {
-        let mut graphs = self
-            .inner
-            .free_graphs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let first = &self.inner.free_graph;
         if present {
-            if !graphs.contains(&graph) {
-                graphs.push(graph);
+            // The common case: the first graph to free it, or the same one again.
+            match first.compare_exchange(0, graph, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(current) if current == graph => return,
+                Err(_) => {}
             }
-        } else if graphs.contains(&graph) {
-            *graphs = graphs.iter().copied().filter(|&g| g != graph).collect();
+            let mut more = self.more_free_graphs();
+            if !more.contains(&graph) {
+                more.push(graph);
+            }
+            self.inner
+                .more_free_count
+                .store(more.len(), Ordering::Release);
+        } else {
+            let _ = first.compare_exchange(graph, 0, Ordering::AcqRel, Ordering::Acquire);
+            if self.inner.more_free_count.load(Ordering::Acquire) > 0 {
+                let mut more = self.more_free_graphs();
+                more.retain(|&g| g != graph);
+                self.inner
+                    .more_free_count
+                    .store(more.len(), Ordering::Release);
+            }
         }
+    }
+
+    fn more_free_graphs(&self) -> MutexGuard<'_, Vec<u64>> {
         self.inner
-            .free_graph_count
-            .store(graphs.len(), Ordering::Release);
+            .more_free_graphs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     fn state(&self) -> MutexGuard<'_, LiveState> {

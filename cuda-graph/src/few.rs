@@ -25,6 +25,7 @@ impl<T> Few<T> {
     }
 
     /// Appends an item.
+    #[inline]
     pub fn push(&mut self, item: T) {
         match self {
             Few::Empty => *self = Few::One(item),
@@ -38,6 +39,7 @@ impl<T> Few<T> {
     }
 
     /// The items.
+    #[inline]
     pub fn as_slice(&self) -> &[T] {
         match self {
             Few::Empty => &[],
@@ -49,6 +51,7 @@ impl<T> Few<T> {
 
 impl<T> Deref for Few<T> {
     type Target = [T];
+    #[inline]
     fn deref(&self) -> &[T] {
         self.as_slice()
     }
@@ -124,6 +127,7 @@ pub(crate) struct Inline<T, const N: usize> {
 }
 
 impl<T: Copy + Default, const N: usize> Inline<T, N> {
+    #[inline]
     pub(crate) fn new() -> Inline<T, N> {
         Inline {
             len: 0,
@@ -132,10 +136,12 @@ impl<T: Copy + Default, const N: usize> Inline<T, N> {
         }
     }
 
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
+    #[inline]
     pub(crate) fn as_slice(&self) -> &[T] {
         if self.len <= N {
             &self.inline[..self.len]
@@ -144,6 +150,7 @@ impl<T: Copy + Default, const N: usize> Inline<T, N> {
         }
     }
 
+    #[inline]
     pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
         if self.len <= N {
             &mut self.inline[..self.len]
@@ -153,6 +160,7 @@ impl<T: Copy + Default, const N: usize> Inline<T, N> {
     }
 
     /// Grows to `len` items; the new ones are `T::default()`.
+    #[inline]
     pub(crate) fn grow_to(&mut self, len: usize) {
         if len <= self.len {
             return;
@@ -167,6 +175,7 @@ impl<T: Copy + Default, const N: usize> Inline<T, N> {
         self.len = len;
     }
 
+    #[inline]
     pub(crate) fn push(&mut self, item: T) {
         let at = self.len;
         self.grow_to(at + 1);

@@ -216,12 +216,14 @@ pub struct KernelArgs {
 
 impl KernelArgs {
     /// An empty list.
+    #[inline]
     pub fn new() -> KernelArgs {
         KernelArgs::default()
     }
 
     /// Appends a value passed by copy (an integer, a float, a `#[repr(C)]` struct); its
     /// alignment is at most 8.
+    #[inline]
     pub fn value<T: Copy + 'static>(mut self, value: T) -> KernelArgs {
         const { assert!(align_of::<T>() <= 8, "kernel argument alignment above 8") };
         let offset = self.words.len();
@@ -236,6 +238,7 @@ impl KernelArgs {
     }
 
     /// Appends a device address; a graph allocation is recorded as used by this kernel.
+    #[inline]
     pub fn ptr(mut self, target: &impl DeviceAddress) -> KernelArgs {
         if let Some(allocation) = target.graph_allocation() {
             self.uses.push(allocation.clone());
@@ -259,6 +262,7 @@ impl KernelArgs {
     }
 
     /// Calls `f` with the `void**` array `cuLaunchKernel` and kernel nodes take.
+    #[inline]
     pub(crate) fn with_pointers<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
         let base = self.words.as_slice().as_ptr() as *mut u64;
         let mut inline = [std::ptr::null_mut::<c_void>(); 16];

@@ -8,7 +8,6 @@
 
 use super::{AllocKey, Model};
 use crate::alloc::GraphAllocation;
-use crate::few::Inline;
 use crate::graph::{Graph, MemOp};
 use crate::idmap::IdMap;
 
@@ -55,8 +54,46 @@ struct Entry<K> {
     users: u64,
 }
 
-/// Entries looked up by a scan from the newest before the map is asked.
-const RECENT: usize = 8;
+/// Finds an allocation's entry by its id. Entries are made in the order the graph first names
+/// the allocations; while their ids rise with that order (allocations of the graph's own alloc
+/// nodes, made in order, have rising ids), an id above the newest is new and the others are
+/// found by binary search. From the first id out of order on, a hash map finds them.
+#[derive(Default)]
+struct Lookup {
+    unordered: bool,
+    map: IdMap<u64, usize>,
+}
+
+impl Lookup {
+    fn find<K>(&self, entries: &[Entry<K>], id: u64) -> Option<usize> {
+        if self.unordered {
+            return self.map.get(&id).copied();
+        }
+        let newest = entries.last()?;
+        if id > newest.id {
+            return None;
+        }
+        if id == newest.id {
+            return Some(entries.len() - 1);
+        }
+        entries.binary_search_by_key(&id, |e| e.id).ok()
+    }
+
+    /// The newest entry was just added.
+    fn added<K>(&mut self, entries: &[Entry<K>]) {
+        let newest = entries.len() - 1;
+        if self.unordered {
+            self.map.insert(entries[newest].id, newest);
+        } else if newest > 0 && entries[newest].id < entries[newest - 1].id {
+            self.unordered = true;
+            self.map = entries
+                .iter()
+                .enumerate()
+                .map(|(at, e)| (e.id, at))
+                .collect();
+        }
+    }
+}
 
 /// Whether `view` has the fast check's shape and breaks no rule (`check`), or only whether it
 /// has the shape (`!check`). When it says yes, it has called `role` with each allocation and
@@ -73,9 +110,8 @@ pub(super) fn verify<V: View>(view: &V, check: bool, mut role: impl FnMut(V::Key
         heap.resize(n, 0);
         &mut heap
     };
-    let mut entries: Inline<Option<Entry<V::Key>>, 16> = Inline::new();
-    // Entries older than the RECENT newest, by allocation id.
-    let mut older: IdMap<u64, usize> = IdMap::default();
+    let mut entries: Vec<Entry<V::Key>> = Vec::with_capacity(n / 2 + 1);
+    let mut lookup = Lookup::default();
     for i in 0..n {
         let mut set = 0u64;
         let mut earlier = true;
@@ -99,49 +135,39 @@ pub(super) fn verify<V: View>(view: &V, check: bool, mut role: impl FnMut(V::Key
         let mut fits = true;
         let known = view.each_ref(i, |what, key| {
             let id = V::id(key);
-            let list = entries.as_slice();
-            let recent = list.len().saturating_sub(RECENT);
-            let found = list[recent..]
-                .iter()
-                .rposition(|e| e.is_some_and(|e| e.id == id))
-                .map(|at| recent + at)
-                .or_else(|| older.get(&id).copied());
-            let at = found.unwrap_or_else(|| {
-                let at = entries.len();
-                if at >= RECENT {
-                    if let Some(e) = &entries.as_slice()[at - RECENT] {
-                        older.insert(e.id, at - RECENT);
-                    }
+            let at = match lookup.find(&entries, id) {
+                Some(at) => at,
+                None => {
+                    entries.push(Entry {
+                        key,
+                        id,
+                        first: i,
+                        allocs: 0,
+                        frees: 0,
+                        users: 0,
+                    });
+                    lookup.added(&entries);
+                    entries.len() - 1
                 }
-                entries.push(Some(Entry {
-                    key,
-                    id,
-                    first: i,
-                    allocs: 0,
-                    frees: 0,
-                    users: 0,
-                }));
-                at
-            });
-            if let Some(e) = &mut entries.as_mut_slice()[at] {
-                let offset = i - e.first;
-                if offset >= W {
-                    fits = false;
-                    return;
-                }
-                let bits = match what {
-                    Ref::Alloc => &mut e.allocs,
-                    Ref::Free => &mut e.frees,
-                    Ref::Use => &mut e.users,
-                };
-                *bits |= 1 << offset;
+            };
+            let e = &mut entries[at];
+            let offset = i - e.first;
+            if offset >= W {
+                fits = false;
+                return;
             }
+            let bits = match what {
+                Ref::Alloc => &mut e.allocs,
+                Ref::Free => &mut e.frees,
+                Ref::Use => &mut e.users,
+            };
+            *bits |= 1 << offset;
         });
         if !(known && fits) {
             return false;
         }
     }
-    let entries = entries.as_slice().iter().flatten();
+    let entries = entries.iter();
     if check && !entries.clone().all(|e| obeys(view, e, ancestors)) {
         return false;
     }
