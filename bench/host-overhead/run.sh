@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The safe layer's own host cost per segment, without a GPU: builds the do-nothing driver
+# (null_cuda.c) and the host_overhead example, then runs the example's three paths against it.
+#
+#   bench/host-overhead/run.sh            # instructions per segment (valgrind), and time
+#
+# With valgrind, each figure is the difference between two round counts, so start-up and the
+# module load cancel out; instructions, unlike time, are the same from run to run and show a
+# change of a few percent. Without valgrind it prints times only. Needs a C compiler and Rust.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-target/host-overhead}
+mkdir -p "$out"
+cc -O2 -shared -fPIC -o "$out/libnullcuda.so" bench/host-overhead/null_cuda.c
+cargo build --release -q -p cuda-graph-bench --example host_overhead
+bin=target/release/examples/host_overhead
+export CUDA_GRAPH_LIBCUDA="$PWD/$out/libnullcuda.so"
+
+instructions() { # path k rounds
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$@" 2>&1 >/dev/null |
+    awk '/Collected/ {print $4}'
+}
+
+printf '%-10s %6s %14s %14s\n' path k instructions ns
+for k in ${KS:-1 10 100 1000}; do
+  for path in raw unchecked safe; do
+    rounds=$((2000 / k + 5))
+    ns=$("$bin" "$path" "$k" $((rounds * 20)) | awk '{print $1}')
+    if command -v valgrind >/dev/null; then
+      a=$(instructions "$path" "$k" "$rounds")
+      b=$(instructions "$path" "$k" $((rounds * 2)))
+      per=$(((b - a) / rounds / k))
+    else
+      per="(no valgrind)"
+    fi
+    printf '%-10s %6s %14s %14s\n' "$path" "$k" "$per" "$ns"
+  done
+done
