@@ -56,6 +56,10 @@ impl<T: Copy> DeviceBuffer<T> {
         };
         // SAFETY: the range is the allocation just made.
         check(unsafe { sys::cuMemsetD8(ptr, 0, bytes) }, "cuMemsetD8")?;
+        // cuMemsetD8 on device memory returns before it runs, queued on the legacy stream,
+        // which non-blocking streams do not wait for: a kernel on one could write the buffer
+        // and the memset clear it afterwards. Zeroed means zeroed when this returns.
+        legacy_synchronize()?;
         Ok(buffer)
     }
 
@@ -66,7 +70,8 @@ impl<T: Copy> DeviceBuffer<T> {
         Ok(buffer)
     }
 
-    /// Copies `data` (exactly `len` values) to the device, synchronously.
+    /// Copies `data` (exactly `len` values) to the device; the values are there when it returns,
+    /// for work on any stream.
     pub fn copy_from(&self, data: &[T]) -> Result<()> {
         if data.len() != self.len {
             return Err(Error::invalid(
@@ -79,7 +84,9 @@ impl<T: Copy> DeviceBuffer<T> {
             // SAFETY: source and destination both hold `len * size_of::<T>()` bytes.
             unsafe { sys::cuMemcpyHtoD(self.ptr, data.as_ptr().cast(), self.byte_len()) },
             "cuMemcpyHtoD",
-        )
+        )?;
+        // From pageable memory cuMemcpyHtoD may return before the data reaches the device.
+        legacy_synchronize()
     }
 
     /// The contents, copied to the host synchronously (after the legacy stream's work).
@@ -111,6 +118,16 @@ impl<T: Copy> DeviceBuffer<T> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
+
+/// Waits for the work queued on the legacy default stream (`cuStreamSynchronize`), where the
+/// driver's synchronous memset and copy functions queue theirs.
+fn legacy_synchronize() -> Result<()> {
+    check(
+        // SAFETY: CU_STREAM_LEGACY names the current context's legacy default stream.
+        unsafe { sys::cuStreamSynchronize(sys::CU_STREAM_LEGACY) },
+        "cuStreamSynchronize",
+    )
 }
 
 impl<T: Copy> DeviceAddress for DeviceBuffer<T> {
