@@ -23,9 +23,11 @@ for archive in gpu-suite/suite-*.tar.zst; do
     env "$runner_var=$PWD/ci/sanitize-runner.sh" SANITIZER_TOOL="$tool" \
       gpu-suite/cargo-nextest nextest run --archive-file "$archive" --workspace-remap . \
       --no-fail-fast --test-threads 4 --success-output immediate "$@" >"$logs/$tool-$v.log" 2>&1 || status=1
-    errors=$(grep -ho 'ERROR SUMMARY: [0-9]* error' "$logs/$tool-$v.log" | awk '{s+=$3} END {print s+0}')
-    runs=$(grep -c 'ERROR SUMMARY' "$logs/$tool-$v.log")
-    echo "$tool: $runs test processes checked, $errors errors"
+    # racecheck ends each process with "RACECHECK SUMMARY: N hazards displayed", the other
+    # tools with "ERROR SUMMARY: N errors".
+    errors=$(grep -hoE '(ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard)' "$logs/$tool-$v.log" | awk '{s+=$3} END {print s+0}')
+    runs=$(grep -cE '(ERROR|RACECHECK) SUMMARY' "$logs/$tool-$v.log")
+    echo "$tool: $runs test processes checked, $errors errors or hazards"
     tail -n 3 "$logs/$tool-$v.log"
   done
 done
