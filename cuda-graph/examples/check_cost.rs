@@ -8,9 +8,9 @@
 //! Measured (median of several runs):
 //! - `check_model` on the same shape built as a pure `Model`, and on a wide shape where every
 //!   allocation lives across the whole graph (the check's worst case); no GPU needed;
-//! - with a GPU, the same graph built with the real `Graph` API: `graph.check()` (which copies the
-//!   record into a model and checks it), `graph.instantiate_unchecked()` (the driver alone), and
-//!   `graph.instantiate()` (both), and the ratio.
+//! - with a GPU, the same graph built with the real `Graph` API: `graph.check()` (the fast check
+//!   on the record, or the general one when it declines), `graph.instantiate_unchecked()` (the
+//!   driver alone), and `graph.instantiate()` (both), and the ratio.
 //!
 //! Without a GPU it prints the model figures and one line saying the comparison needs a GPU, and
 //! exits 0. Run: `cargo run --release --example check_cost -p cuda-graph`.

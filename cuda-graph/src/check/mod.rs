@@ -56,7 +56,7 @@
 //! [`Graph::add_dependency`] added a back edge) and each allocation's nodes lie within 64
 //! consecutive positions, as in chains alloc → users → free, one pass gives each node its
 //! ancestors among the 64 before it as a bit set, and every rule is a bit test: O(N + E + R)
-//! for R references to allocations, with no heap allocation below 64 nodes. It only confirms.
+//! for R references to allocations, with one heap allocation below 64 nodes. It only confirms.
 //! Otherwise, or when it finds a violation, the general check runs: a topological sort,
 //! O(N + E); then the allocations are taken in batches of 64, in topological order of their
 //! alloc (or free) nodes, and each batch costs one bit-parallel pass over the stretch of the
