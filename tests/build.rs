@@ -13,6 +13,7 @@ const PROBE_LIB: &str = "cuda_graph_abi_probe";
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-changed=abi/probe.c");
+    println!("cargo::rerun-if-changed=stub-driver/null_cuda.c");
     println!("cargo::rustc-check-cfg=cfg(cuda_graph_tests_no_abi_probe)");
     // cc prints these itself only with its cargo metadata, which is off below.
     let target = env::var("TARGET").unwrap_or_default();
@@ -25,6 +26,8 @@ fn main() {
             target.replace('-', "_")
         );
     }
+
+    build_stub_driver();
 
     // Published by cuda-graph-sys (`links = "cuda"`); a change there reruns this script.
     let include = env::var("DEP_CUDA_INCLUDE").unwrap_or_default();
@@ -84,4 +87,29 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" + "),
     );
+}
+
+/// Compiles `stub-driver/null_cuda.c` into a shared library for `tests/record_stub.rs`, and tells
+/// the test where it is (`CUDA_GRAPH_TESTS_STUB_DRIVER`), or, when it could not be built, why
+/// (`CUDA_GRAPH_TESTS_STUB_DRIVER_ERROR`).
+fn build_stub_driver() {
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap_or_default()).join("libnullcuda.so");
+    let mut command = cc::Build::new().get_compiler().to_command();
+    command
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg("stub-driver/null_cuda.c");
+    let error = match command.output() {
+        Ok(o) if o.status.success() => String::new(),
+        Ok(o) => format!(
+            "the C compiler failed on stub-driver/null_cuda.c: {}",
+            String::from_utf8_lossy(&o.stderr).replace('\n', " ")
+        ),
+        Err(e) => format!("no C compiler to build stub-driver/null_cuda.c: {e}"),
+    };
+    println!(
+        "cargo::rustc-env=CUDA_GRAPH_TESTS_STUB_DRIVER={}",
+        out.display()
+    );
+    println!("cargo::rustc-env=CUDA_GRAPH_TESTS_STUB_DRIVER_ERROR={error}");
 }

@@ -1,7 +1,7 @@
 //! The safe layer's own host cost: the benchmark's chain of k segments alloc → kernel → free,
 //! built and instantiated through the safe API (with and without the lifetime checks) and
 //! through raw `cuda-graph-sys` calls, against a driver that does nothing
-//! (`bench/host-overhead/null_cuda.c`, loaded through `CUDA_GRAPH_LIBCUDA`). What remains is
+//! (`tests/stub-driver/null_cuda.c`, loaded through `CUDA_GRAPH_LIBCUDA`). What remains is
 //! what each path does on the host besides the driver's own work. `bench/host-overhead/run.sh`
 //! builds the stub, runs this under valgrind and prints instructions per segment, which, unlike
 //! time, do not vary from run to run.

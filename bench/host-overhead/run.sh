@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The safe layer's own host cost per segment, without a GPU: builds the do-nothing driver
-# (null_cuda.c) and the host_overhead example, then runs the example's three paths against it.
+# (tests/stub-driver/null_cuda.c) and the host_overhead example, then runs the example's three
+# paths against it.
 #
 #   bench/host-overhead/run.sh            # instructions per segment (valgrind), and time
 #
@@ -11,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-target/host-overhead}
 mkdir -p "$out"
-cc -O2 -shared -fPIC -o "$out/libnullcuda.so" bench/host-overhead/null_cuda.c
+cc -O2 -shared -fPIC -o "$out/libnullcuda.so" tests/stub-driver/null_cuda.c
 cargo build --release -q -p cuda-graph-bench --example host_overhead
 bin=target/release/examples/host_overhead
 export CUDA_GRAPH_LIBCUDA="$PWD/$out/libnullcuda.so"

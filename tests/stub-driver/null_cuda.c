@@ -1,11 +1,12 @@
 /*
- * A stand-in for libcuda.so.1 that does no work: every function the host-overhead example calls
- * returns CUDA_SUCCESS and hands out made-up handles and addresses. Loaded through
- * CUDA_GRAPH_LIBCUDA, it lets the safe layer's own host cost (its record, checks and
- * bookkeeping) be measured against raw cuda-graph-sys calls on a machine without a GPU.
- * Nothing here runs a kernel or touches memory; it is for measuring, never for testing results.
- *
- * Built by bench/host-overhead/run.sh: cc -O2 -shared -fPIC -o libnullcuda.so null_cuda.c
+ * A stand-in for libcuda.so.1 that does no work: the functions below return CUDA_SUCCESS and
+ * hand out made-up handles and addresses. Loaded through CUDA_GRAPH_LIBCUDA, it lets what the
+ * safe layer does on the host run on a machine without a GPU:
+ *   - tests/tests/record_stub.rs: the builder's record and the lifetime checks on real Graphs,
+ *     in CI (tests/build.rs builds this file);
+ *   - bench/host-overhead/run.sh: the safe layer's host cost against raw cuda-graph-sys calls.
+ * Nothing here runs a kernel or touches memory: device results are the GPU suite's to test.
+ * A function it lacks makes the loader return CUDA_ERROR_NOT_FOUND, naming it.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -70,6 +71,21 @@ CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long flags
     return 0;
 }
 CUresult cuGraphExecDestroy(void *e) { (void)e; return 0; }
+CUresult cuGraphAddEmptyNode(void **n, void *g, void *deps, size_t count)
+{
+    (void)g; (void)deps; (void)count;
+    *n = handle();
+    return 0;
+}
+CUresult cuGraphAddDependencies_v2(void *g, const void *from, const void *to, const void *data,
+                                   size_t count)
+{
+    (void)g; (void)from; (void)to; (void)data; (void)count;
+    return 0;
+}
+
+CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = handle(); return 0; }
+CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
 
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = handle(); return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name)
