@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use crate::alloc::GraphAllocation;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::stream::AsStream;
+use crate::stream::{AsStream, BorrowedStream};
 use crate::sys;
 
 /// Something with a device address: a [`DeviceBuffer`], a [`GraphAllocation`].
@@ -59,7 +59,7 @@ impl<T: Copy> DeviceBuffer<T> {
         // cuMemsetD8 on device memory returns before it runs, queued on the legacy stream,
         // which non-blocking streams do not wait for: a kernel on one could write the buffer
         // and the memset clear it afterwards. Zeroed means zeroed when this returns.
-        legacy_synchronize()?;
+        BorrowedStream::legacy(device).synchronize()?;
         Ok(buffer)
     }
 
@@ -86,7 +86,7 @@ impl<T: Copy> DeviceBuffer<T> {
             "cuMemcpyHtoD",
         )?;
         // From pageable memory cuMemcpyHtoD may return before the data reaches the device.
-        legacy_synchronize()
+        BorrowedStream::legacy(&self.device).synchronize()
     }
 
     /// The contents, copied to the host synchronously (after the legacy stream's work).
@@ -118,16 +118,6 @@ impl<T: Copy> DeviceBuffer<T> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-}
-
-/// Waits for the work queued on the legacy default stream (`cuStreamSynchronize`), where the
-/// driver's synchronous memset and copy functions queue theirs.
-fn legacy_synchronize() -> Result<()> {
-    check(
-        // SAFETY: CU_STREAM_LEGACY names the current context's legacy default stream.
-        unsafe { sys::cuStreamSynchronize(sys::CU_STREAM_LEGACY) },
-        "cuStreamSynchronize",
-    )
 }
 
 impl<T: Copy> DeviceAddress for DeviceBuffer<T> {
