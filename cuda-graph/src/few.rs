@@ -1,6 +1,6 @@
-//! Short lists that usually need no heap allocation: [`Few`] for a node record's dependencies,
-//! uses and memory operations (most nodes have one of each), and `Inline` for a kernel's
-//! argument bytes. Building a graph makes thousands of these; a `Vec` allocates for each.
+//! [`Few`]: a short list that usually needs no heap allocation, for a node record's
+//! dependencies, uses and memory operations (most nodes have one of each). Building a graph
+//! makes thousands of these; a `Vec` allocates for each.
 
 use std::fmt;
 use std::ops::Deref;
@@ -117,94 +117,9 @@ impl<T: PartialEq> PartialEq<[T]> for Few<T> {
     }
 }
 
-/// A list of up to `N` plain values kept inline, moved to the heap (all of it) past `N`.
-#[derive(Clone, Debug)]
-pub(crate) struct Inline<T, const N: usize> {
-    len: usize,
-    inline: [T; N],
-    /// Every item, once there are more than `N`.
-    heap: Vec<T>,
-}
-
-impl<T: Copy + Default, const N: usize> Inline<T, N> {
-    #[inline]
-    pub(crate) fn new() -> Inline<T, N> {
-        Inline {
-            len: 0,
-            inline: [T::default(); N],
-            heap: Vec::new(),
-        }
-    }
-
-    #[inline]
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    #[inline]
-    pub(crate) fn as_slice(&self) -> &[T] {
-        if self.len <= N {
-            &self.inline[..self.len]
-        } else {
-            &self.heap
-        }
-    }
-
-    #[inline]
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [T] {
-        if self.len <= N {
-            &mut self.inline[..self.len]
-        } else {
-            &mut self.heap
-        }
-    }
-
-    /// Grows to `len` items; the new ones are `T::default()`.
-    #[inline]
-    pub(crate) fn grow_to(&mut self, len: usize) {
-        if len <= self.len {
-            return;
-        }
-        if len > N {
-            if self.len <= N {
-                self.heap = self.inline[..self.len].to_vec();
-            }
-            self.heap.resize(len, T::default());
-        }
-        // Inline items past `self.len` were never written: still `T::default()`.
-        self.len = len;
-    }
-
-    #[inline]
-    pub(crate) fn push(&mut self, item: T) {
-        let at = self.len;
-        self.grow_to(at + 1);
-        self.as_mut_slice()[at] = item;
-    }
-}
-
-impl<T: Copy + Default, const N: usize> Default for Inline<T, N> {
-    fn default() -> Inline<T, N> {
-        Inline::new()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Few, Inline};
-
-    #[test]
-    fn inline_moves_to_the_heap_past_its_capacity() {
-        let mut list: Inline<u64, 2> = Inline::new();
-        list.push(1);
-        list.grow_to(2);
-        assert_eq!(list.as_slice(), &[1, 0]);
-        list.push(3);
-        list.as_mut_slice()[1] = 2;
-        assert_eq!((list.len(), list.as_slice()), (3, &[1, 2, 3][..]));
-        list.grow_to(5);
-        assert_eq!(list.as_slice(), &[1, 2, 3, 0, 0]);
-    }
+    use super::Few;
 
     #[test]
     fn grows_from_inline_to_vec() {

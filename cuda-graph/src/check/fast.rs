@@ -65,6 +65,7 @@ struct Lookup {
 }
 
 impl Lookup {
+    #[inline(always)]
     fn find<K>(&self, entries: &[Entry<K>], id: u64) -> Option<usize> {
         if self.unordered {
             return self.map.get(&id).copied();
@@ -80,6 +81,7 @@ impl Lookup {
     }
 
     /// The newest entry was just added.
+    #[inline(always)]
     fn added<K>(&mut self, entries: &[Entry<K>]) {
         let newest = entries.len() - 1;
         if self.unordered {
@@ -233,6 +235,7 @@ impl<'g> View for &'g Graph {
         self.nodes.len()
     }
 
+    #[inline(always)]
     fn each_dep(&self, node: usize, mut f: impl FnMut(usize)) -> bool {
         for &d in self.nodes[node].deps.iter() {
             f(d as usize);
@@ -240,6 +243,7 @@ impl<'g> View for &'g Graph {
         true
     }
 
+    #[inline(always)]
     fn each_ref(&self, node: usize, mut f: impl FnMut(Ref, ById<'g>)) -> bool {
         let record = &self.nodes[node];
         for op in record.mem.iter() {
