@@ -224,7 +224,7 @@ struct ArgWords {
     inline: [u64; INLINE_ARGS],
     inline_offsets: [u8; INLINE_ARGS],
     /// Words in use.
-    len: usize,
+    used: usize,
     /// Arguments.
     count: usize,
     /// Every word and offset, once they do not fit inline.
@@ -234,7 +234,7 @@ struct ArgWords {
 impl ArgWords {
     #[inline]
     fn push<T: Copy>(&mut self, value: T) {
-        let offset = self.len;
+        let offset = self.used;
         let end = offset + size_of::<T>().div_ceil(8).max(1);
         if self.heap.is_none() && (end > INLINE_ARGS || self.count == INLINE_ARGS) {
             let offsets = self.inline_offsets[..self.count].iter();
@@ -258,7 +258,7 @@ impl ArgWords {
         // SAFETY: `words` holds at least size_of::<T>() bytes, 8-byte aligned (T's alignment is
         // at most 8), and `T: Copy` has no drop glue.
         unsafe { words.as_mut_ptr().cast::<T>().write(value) };
-        self.len = end;
+        self.used = end;
         self.count += 1;
     }
 
@@ -266,7 +266,7 @@ impl ArgWords {
     #[inline]
     fn words(&self) -> &[u64] {
         match &self.heap {
-            None => &self.inline[..self.len],
+            None => &self.inline[..self.used],
             Some(heap) => &heap.0,
         }
     }
