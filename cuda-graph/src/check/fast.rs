@@ -237,24 +237,18 @@ impl<'g> View for &'g Graph {
 
     #[inline(always)]
     fn each_dep(&self, node: usize, mut f: impl FnMut(usize)) -> bool {
-        for &d in self.nodes[node].deps.iter() {
-            f(d as usize);
-        }
+        self.nodes[node].deps.each(|&d| f(d as usize));
         true
     }
 
     #[inline(always)]
     fn each_ref(&self, node: usize, mut f: impl FnMut(Ref, ById<'g>)) -> bool {
         let record = &self.nodes[node];
-        for op in record.mem.iter() {
-            match op {
-                MemOp::Alloc(a) => f(Ref::Alloc, ById(a)),
-                MemOp::Free(a) => f(Ref::Free, ById(a)),
-            }
-        }
-        for a in record.uses.iter() {
-            f(Ref::Use, ById(a));
-        }
+        record.mem.each(|op| match op {
+            MemOp::Alloc(a) => f(Ref::Alloc, ById(a)),
+            MemOp::Free(a) => f(Ref::Free, ById(a)),
+        });
+        record.uses.each(|a| f(Ref::Use, ById(a)));
         true
     }
 
