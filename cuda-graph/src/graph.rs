@@ -285,14 +285,26 @@ impl Graph {
     }
 
     fn push(&mut self, raw: sys::CUgraphNode, kind: NodeKind, deps: Few<u32>) -> Node {
+        self.push_with(raw, kind, deps, Few::new(), Few::new())
+    }
+
+    /// As [`push`](Graph::push), with the node's uses and memory operations.
+    fn push_with(
+        &mut self,
+        raw: sys::CUgraphNode,
+        kind: NodeKind,
+        deps: Few<u32>,
+        uses: Few<GraphAllocation>,
+        mem: Few<MemOp>,
+    ) -> Node {
         let index = self.nodes.len() as u32;
         self.nodes.push(NodeRecord {
             raw,
             kind,
             label: None,
             deps,
-            uses: Few::new(),
-            mem: Few::new(),
+            uses,
+            mem,
             event: None,
         });
         Node {
@@ -341,10 +353,11 @@ impl Graph {
             self.id,
             params.label.clone(),
         );
-        let node = self.push(raw, NodeKind::MemAlloc, indices);
-        let record = &mut self.nodes[node.index()];
-        record.mem.push(MemOp::Alloc(allocation.clone()));
-        record.label.clone_from(&params.label);
+        let mem = Few::One(MemOp::Alloc(allocation.clone()));
+        let node = self.push_with(raw, NodeKind::MemAlloc, indices, Few::new(), mem);
+        if params.label.is_some() {
+            self.nodes[node.index()].label.clone_from(&params.label);
+        }
         Ok((node, allocation))
     }
 
@@ -371,10 +384,8 @@ impl Graph {
             },
             CALL,
         )?;
-        let node = self.push(raw, NodeKind::MemFree, indices);
-        self.nodes[node.index()]
-            .mem
-            .push(MemOp::Free(allocation.clone()));
+        let mem = Few::One(MemOp::Free(allocation.clone()));
+        let node = self.push_with(raw, NodeKind::MemFree, indices, Few::new(), mem);
         allocation.register_free(self.id, true);
         Ok(node)
     }
@@ -425,9 +436,9 @@ impl Graph {
                 CALL,
             )
         })?;
-        let node = self.push(raw, NodeKind::Kernel(function.shared_name()), indices);
-        self.nodes[node.index()].uses = args.uses().iter().cloned().collect();
-        Ok(node)
+        let kind = NodeKind::Kernel(function.shared_name());
+        let uses = args.uses().iter().cloned().collect();
+        Ok(self.push_with(raw, kind, indices, uses, Few::new()))
     }
 
     /// Adds a memset node that writes `value` to `count` 32-bit words at the start of `target`.
