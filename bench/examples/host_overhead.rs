@@ -6,8 +6,11 @@
 //! builds the stub, runs this under valgrind and prints instructions per segment, which, unlike
 //! time, do not vary from run to run.
 //!
-//! Usage: `host_overhead safe|unchecked|raw K ROUNDS`; prints the mean time per segment. With
-//! no usable driver it prints one line and exits 2.
+//! The same chain captured from a stream (`captured`, `captured-raw`) needs the stub's simulated
+//! capture, which reads the captured graph back as the chain of captured calls.
+//!
+//! Usage: `host_overhead safe|unchecked|raw|captured|captured-raw K ROUNDS`; prints the mean
+//! time per segment. With no usable driver it prints one line and exits 2.
 
 use std::ffi::c_void;
 use std::process::ExitCode;
@@ -15,8 +18,8 @@ use std::ptr::{null, null_mut};
 use std::time::Instant;
 
 use cuda_graph::{
-    AllocParams, Device, Function, Graph, InstantiateFlags, KernelArgs, LaunchConfig, Module, Node,
-    sys,
+    AllocParams, AsStream, CaptureMode, Device, Function, Graph, InstantiateFlags, KernelArgs,
+    LaunchConfig, Module, Node, Stream, StreamFlags, capture, sys,
 };
 
 const BYTES: usize = 1 << 18;
@@ -28,6 +31,8 @@ enum Path {
     Safe,
     Unchecked,
     Raw,
+    Captured,
+    CapturedRaw,
 }
 
 fn main() -> ExitCode {
@@ -38,6 +43,8 @@ fn main() -> ExitCode {
                 "safe" => Some(Path::Safe),
                 "unchecked" => Some(Path::Unchecked),
                 "raw" => Some(Path::Raw),
+                "captured" => Some(Path::Captured),
+                "captured-raw" => Some(Path::CapturedRaw),
                 _ => None,
             };
             path.zip(k.parse::<u32>().ok().filter(|&k| k > 0))
@@ -46,7 +53,9 @@ fn main() -> ExitCode {
         _ => None,
     };
     let Some(((path, k), rounds)) = parsed else {
-        eprintln!("usage: host_overhead safe|unchecked|raw K ROUNDS (K at least 1)");
+        eprintln!(
+            "usage: host_overhead safe|unchecked|raw|captured|captured-raw K ROUNDS (K at least 1)"
+        );
         return ExitCode::from(64);
     };
     let device = match Device::get(0) {
@@ -75,6 +84,7 @@ fn run(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f64> 
     let module = Module::from_ptx(device, cuda_graph::kernels::PTX)?;
     let fill = module.function("fill_u32")?;
     let config = LaunchConfig::for_elements(ELEMENTS, 256);
+    let stream = Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0)?;
     let start = Instant::now();
     for _ in 0..rounds {
         match path {
@@ -88,6 +98,11 @@ fn run(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f64> 
                 drop(exec);
             }
             Path::Raw => raw_chain(device, &fill, config, k)?,
+            Path::Captured => {
+                let graph = captured_chain(&stream, &fill, config, k)?;
+                drop(graph.instantiate(InstantiateFlags::NONE)?);
+            }
+            Path::CapturedRaw => raw_captured_chain(&stream, &fill, config, k)?,
         }
     }
     let segments = f64::from(rounds) * f64::from(k);
@@ -112,6 +127,126 @@ fn safe_chain(
         prev = Some(graph.add_mem_free_node(&[kernel], &buf)?);
     }
     Ok(graph)
+}
+
+/// The chain captured through the safe API, as `src/safe_path.rs` builds it.
+fn captured_chain(
+    stream: &Stream,
+    fill: &Function,
+    config: LaunchConfig,
+    k: u32,
+) -> cuda_graph::Result<Graph> {
+    let (graph, ()) = capture(stream, CaptureMode::Global, |cap| {
+        for i in 0..k {
+            let buf = cap.malloc_async(BYTES)?;
+            let args = KernelArgs::new().ptr(&buf).value(ELEMENTS).value(i);
+            // SAFETY: as in `safe_chain`; the kernel is captured between the allocation and
+            // its free.
+            unsafe { cap.launch(fill, config, &args)? };
+            cap.free_async(&buf)?;
+        }
+        Ok(())
+    })?;
+    Ok(graph)
+}
+
+/// The captured chain in raw driver calls, as `src/raw_path.rs` writes it, instantiated and
+/// destroyed.
+fn raw_captured_chain(
+    stream: &Stream,
+    fill: &Function,
+    config: LaunchConfig,
+    k: u32,
+) -> anyhow::Result<()> {
+    let ok = |code: sys::CUresult, call: &'static str| {
+        anyhow::ensure!(
+            code == sys::CUresult::CUDA_SUCCESS,
+            "{call} failed: {:?}",
+            code
+        );
+        Ok(())
+    };
+    let stream = stream.as_raw_stream();
+    let global = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+    ok(
+        // SAFETY: the stream is live and not capturing.
+        unsafe { sys::cuStreamBeginCapture(stream, global) },
+        "cuStreamBeginCapture",
+    )?;
+    let mut result = Ok(());
+    for i in 0..k {
+        let mut dptr = 0;
+        // SAFETY: valid out-pointer; the stream is capturing.
+        result = ok(
+            unsafe { sys::cuMemAllocAsync(&mut dptr, BYTES, stream) },
+            "cuMemAllocAsync",
+        );
+        if result.is_err() {
+            break;
+        }
+        let (mut n, mut v) = (ELEMENTS, i);
+        let mut args: [*mut c_void; 3] = [
+            (&raw mut dptr).cast(),
+            (&raw mut n).cast(),
+            (&raw mut v).cast(),
+        ];
+        let (grid, block) = (config.grid.0, config.block.0);
+        // SAFETY: the arguments match fill_u32 and outlive the call; the kernel is captured
+        // between the allocation and its free.
+        result = ok(
+            unsafe {
+                sys::cuLaunchKernel(
+                    fill.as_raw(),
+                    grid,
+                    1,
+                    1,
+                    block,
+                    1,
+                    1,
+                    0,
+                    stream,
+                    args.as_mut_ptr(),
+                    null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+        );
+        if result.is_err() {
+            break;
+        }
+        // SAFETY: allocated in this capture, freed once.
+        result = ok(
+            unsafe { sys::cuMemFreeAsync(dptr, stream) },
+            "cuMemFreeAsync",
+        );
+        if result.is_err() {
+            break;
+        }
+    }
+    let mut graph = null_mut();
+    // SAFETY: ends the capture begun above; valid out-pointer.
+    let ended = ok(
+        unsafe { sys::cuStreamEndCapture(stream, &mut graph) },
+        "cuStreamEndCapture",
+    );
+    result = result.and(ended);
+    if result.is_ok() {
+        let mut exec = null_mut();
+        // SAFETY: valid out-pointer; the graph is live.
+        result = ok(
+            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
+            "cuGraphInstantiateWithFlags",
+        );
+        if result.is_ok() {
+            // SAFETY: made just above, destroyed once.
+            let _ = unsafe { sys::cuGraphExecDestroy(exec) };
+        }
+    }
+    if !graph.is_null() {
+        // SAFETY: made by the capture, destroyed once.
+        let _ = unsafe { sys::cuGraphDestroy(graph) };
+    }
+    result
 }
 
 /// The same chain in raw driver calls, as `src/raw_path.rs` writes it.

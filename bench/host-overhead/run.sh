@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The safe layer's own host cost per segment, without a GPU: builds the do-nothing driver
-# (tests/stub-driver/null_cuda.c) and the host_overhead example, then runs the example's three
-# paths against it.
+# (tests/stub-driver/null_cuda.c) and the host_overhead example, then runs the example's paths
+# against it: explicit graphs (raw calls, the safe API without and with its checks) and
+# captured ones (raw calls, the safe API), each built, instantiated and destroyed.
 #
 #   bench/host-overhead/run.sh            # instructions per segment (valgrind), and time
 #
@@ -22,9 +23,9 @@ instructions() { # path k rounds
     awk '/Collected/ {print $4}'
 }
 
-printf '%-10s %6s %14s %14s\n' path k instructions ns
+printf '%-13s %6s %14s %14s\n' path k instructions ns
 for k in ${KS:-1 10 100 1000}; do
-  for path in raw unchecked safe; do
+  for path in ${PATHS:-raw unchecked safe captured-raw captured}; do
     rounds=$((2000 / k + 5))
     ns=$("$bin" "$path" "$k" $((rounds * 20)) | awk '{print $1}')
     if command -v valgrind >/dev/null; then
@@ -34,6 +35,6 @@ for k in ${KS:-1 10 100 1000}; do
     else
       per="(no valgrind)"
     fi
-    printf '%-10s %6s %14s %14s\n' "$path" "$k" "$per" "$ns"
+    printf '%-13s %6s %14s %14s\n' "$path" "$k" "$per" "$ns"
   done
 done

@@ -238,7 +238,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
                 raw,
                 self.stream.device(),
                 self.id,
-                &self.captured.take(),
+                self.captured.take(),
                 &self.unmatched_allocations.borrow(),
                 &self.unmatched_frees.borrow(),
             )
@@ -309,8 +309,9 @@ pub(crate) enum Captured {
 }
 
 /// Builds a [`Graph`] around a raw graph by reading its nodes and edges. The `captured` nodes
-/// are known; the others are asked for their type, and their memory nodes become `MemOp`s,
-/// matched to `allocations` and `frees` by address, or new allocations when made by other code.
+/// are known (they move into the record); the others are asked for their type, and their memory
+/// nodes become `MemOp`s, matched to `allocations` and `frees` by address, or new allocations
+/// when made by other code.
 ///
 /// # Safety
 ///
@@ -319,11 +320,189 @@ pub(crate) unsafe fn read_graph(
     raw: sys::CUgraph,
     device: &Device,
     id: u64,
-    captured: &[(sys::CUgraphNode, Captured)],
+    captured: Vec<(sys::CUgraphNode, Captured)>,
     allocations: &[GraphAllocation],
     frees: &[GraphAllocation],
 ) -> Result<Graph> {
     let mut graph = Graph::wrap(raw, device, id);
+    // SAFETY: the caller hands over a live graph.
+    let (nodes, from, to) = unsafe { nodes_and_edges(raw) }?;
+    // The driver lists a captured graph's nodes in the order captured (so far): each known node
+    // is then the next of `captured`, and no map is needed. From the first node out of that
+    // order on, the rest are looked up by handle.
+    let mut in_order = captured.into_iter().peekable();
+    let mut known: Option<IdMap<usize, Captured>> = None;
+    // Allocations by address, for memory nodes this capture did not report; made at the first
+    // such node, from the allocations recorded before it.
+    let mut by_address: Option<IdMap<sys::CUdeviceptr, GraphAllocation>> = None;
+    let mut made: IdMap<sys::CUdeviceptr, VecDeque<GraphAllocation>> = IdMap::default();
+    for a in allocations {
+        made.entry(a.ptr()).or_default().push_back(a.clone());
+    }
+    graph.nodes.reserve(nodes.len());
+    for &node in &nodes {
+        let what = match in_order.peek() {
+            Some(&(next, _)) if next == node && known.is_none() => in_order.next().map(|(_, w)| w),
+            _ => known
+                .get_or_insert_with(|| in_order.by_ref().map(|(n, w)| (n as usize, w)).collect())
+                .remove(&(node as usize)),
+        };
+        let (kind, uses, mem) = match what {
+            Some(what) => known_node(what, id, by_address.as_mut()),
+            None => {
+                let by_address =
+                    by_address.get_or_insert_with(|| addresses(&graph.nodes, frees, id));
+                // SAFETY: the node belongs to the live graph.
+                unsafe { unknown_node(node, device, id, &mut made, by_address) }?
+            }
+        };
+        graph.nodes.push(crate::graph::NodeRecord {
+            raw: node,
+            kind,
+            label: None,
+            deps: Few::new(),
+            uses,
+            mem,
+            event: None,
+        });
+    }
+    if !from.is_empty() {
+        let index: IdMap<usize, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (n as usize, i))
+            .collect();
+        let position = |node: sys::CUgraphNode| index.get(&(node as usize)).copied();
+        for (f, t) in from.iter().zip(&to) {
+            if let (Some(f), Some(t)) = (position(*f), position(*t)) {
+                graph.nodes[t].deps.push(f as u32);
+            }
+        }
+    }
+    Ok(graph)
+}
+
+/// A captured node's record: kind, uses and memory operations.
+type NodeParts = (NodeKind, Few<GraphAllocation>, Few<MemOp>);
+
+/// The record of a node this capture reported.
+fn known_node(
+    what: Captured,
+    id: u64,
+    by_address: Option<&mut IdMap<sys::CUdeviceptr, GraphAllocation>>,
+) -> NodeParts {
+    match what {
+        Captured::Alloc(a) => {
+            if let Some(by_address) = by_address {
+                by_address.insert(a.ptr(), a.clone());
+            }
+            (NodeKind::MemAlloc, Few::new(), Few::One(MemOp::Alloc(a)))
+        }
+        Captured::Free(a) => {
+            a.register_free(id, true);
+            (NodeKind::MemFree, Few::new(), Few::One(MemOp::Free(a)))
+        }
+        Captured::Kernel(name, uses) => (NodeKind::Kernel(name), uses, Few::new()),
+    }
+}
+
+/// The allocations a free node may free, by address: those of other graphs that the capture
+/// frees, then those allocated by the nodes recorded so far (a later one replaces an earlier
+/// one at the same address: free nodes free the allocation that last held their address).
+fn addresses(
+    recorded: &[crate::graph::NodeRecord],
+    frees: &[GraphAllocation],
+    id: u64,
+) -> IdMap<sys::CUdeviceptr, GraphAllocation> {
+    let foreign = frees.iter().filter(|f| f.owner_graph() != id);
+    let allocated = recorded
+        .iter()
+        .flat_map(|n| &n.mem)
+        .filter_map(|op| match op {
+            MemOp::Alloc(a) => Some(a),
+            MemOp::Free(_) => None,
+        });
+    foreign
+        .chain(allocated)
+        .map(|a| (a.ptr(), a.clone()))
+        .collect()
+}
+
+/// The record of a node the capture did not report: its type from the driver, and for memory
+/// nodes the allocation, matched by address (alloc nodes to the allocations this capture made
+/// in the order made, free nodes to `by_address`) or new when other code made it.
+///
+/// # Safety
+///
+/// `node` belongs to a live graph of `device`.
+unsafe fn unknown_node(
+    node: sys::CUgraphNode,
+    device: &Device,
+    id: u64,
+    made: &mut IdMap<sys::CUdeviceptr, VecDeque<GraphAllocation>>,
+    by_address: &mut IdMap<sys::CUdeviceptr, GraphAllocation>,
+) -> Result<NodeParts> {
+    let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+    check(
+        // SAFETY: the node belongs to the graph.
+        unsafe { sys::cuGraphNodeGetType(node, &mut kind_raw) },
+        "cuGraphNodeGetType",
+    )?;
+    use sys::CUgraphNodeType as T;
+    let kind = match kind_raw {
+        T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel("captured".into()),
+        T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeKind::MemAlloc,
+        T::CU_GRAPH_NODE_TYPE_MEM_FREE => NodeKind::MemFree,
+        T::CU_GRAPH_NODE_TYPE_MEMSET => NodeKind::Memset,
+        T::CU_GRAPH_NODE_TYPE_MEMCPY => NodeKind::Memcpy,
+        T::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
+        T::CU_GRAPH_NODE_TYPE_HOST => NodeKind::Host,
+        T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeKind::EventRecord,
+        T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeKind::EventWait,
+        T::CU_GRAPH_NODE_TYPE_GRAPH => NodeKind::ChildGraph,
+        other => NodeKind::Other(other.0),
+    };
+    let mut mem = Few::new();
+    match kind {
+        NodeKind::MemAlloc => {
+            let mut params = sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
+            check(
+                // SAFETY: the node is an alloc node; `params` is a valid out-pointer.
+                unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut params) },
+                "cuGraphMemAllocNodeGetParams",
+            )?;
+            let allocation = made
+                .get_mut(&params.dptr)
+                .and_then(VecDeque::pop_front)
+                .unwrap_or_else(|| {
+                    GraphAllocation::new(params.dptr, params.bytesize, device, id, None)
+                });
+            by_address.insert(params.dptr, allocation.clone());
+            mem.push(MemOp::Alloc(allocation));
+        }
+        NodeKind::MemFree => {
+            let mut ptr = 0;
+            check(
+                // SAFETY: the node is a free node; `ptr` is a valid out-pointer.
+                unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
+                "cuGraphMemFreeNodeGetParams",
+            )?;
+            if let Some(allocation) = by_address.get(&ptr).cloned() {
+                allocation.register_free(id, true);
+                mem.push(MemOp::Free(allocation));
+            }
+        }
+        _ => {}
+    }
+    Ok((kind, Few::new(), mem))
+}
+
+/// The graph's nodes, and its edges as two lists (from, to).
+///
+/// # Safety
+///
+/// `raw` is a live graph.
+unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<NodeLists> {
     let mut count = 0;
     check(
         // SAFETY: a null array asks for the count.
@@ -376,130 +555,12 @@ pub(crate) unsafe fn read_graph(
     }
     from.truncate(edges);
     to.truncate(edges);
-    let index: IdMap<usize, usize> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| (n as usize, i))
-        .collect();
-    let position = |node: sys::CUgraphNode| index.get(&(node as usize)).copied();
-    // Alloc nodes are matched to the allocations this capture made, by address in the order
-    // made; free nodes to the allocation that last held their address (nodes come in the order
-    // captured), starting from the allocations of other graphs that the capture frees.
-    let mut made: IdMap<sys::CUdeviceptr, VecDeque<GraphAllocation>> = IdMap::default();
-    for a in allocations {
-        made.entry(a.ptr()).or_default().push_back(a.clone());
-    }
-    let mut by_address: IdMap<sys::CUdeviceptr, GraphAllocation> = frees
-        .iter()
-        .filter(|f| f.owner_graph() != id)
-        .map(|a| (a.ptr(), a.clone()))
-        .collect();
-    let known: IdMap<usize, &Captured> = captured
-        .iter()
-        .map(|(node, what)| (*node as usize, what))
-        .collect();
-    graph.nodes.reserve(nodes.len());
-    for &node in &nodes {
-        if let Some(&what) = known.get(&(node as usize)) {
-            let (kind, uses, mem) = match what {
-                Captured::Alloc(a) => {
-                    by_address.insert(a.ptr(), a.clone());
-                    (
-                        NodeKind::MemAlloc,
-                        Few::new(),
-                        Few::One(MemOp::Alloc(a.clone())),
-                    )
-                }
-                Captured::Free(a) => {
-                    a.register_free(id, true);
-                    (
-                        NodeKind::MemFree,
-                        Few::new(),
-                        Few::One(MemOp::Free(a.clone())),
-                    )
-                }
-                Captured::Kernel(name, uses) => {
-                    (NodeKind::Kernel(name.clone()), uses.clone(), Few::new())
-                }
-            };
-            graph.nodes.push(crate::graph::NodeRecord {
-                raw: node,
-                kind,
-                label: None,
-                deps: Few::new(),
-                uses,
-                mem,
-                event: None,
-            });
-            continue;
-        }
-        let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-        check(
-            // SAFETY: the node belongs to the graph.
-            unsafe { sys::cuGraphNodeGetType(node, &mut kind_raw) },
-            "cuGraphNodeGetType",
-        )?;
-        use sys::CUgraphNodeType as T;
-        let kind = match kind_raw {
-            T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel("captured".into()),
-            T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeKind::MemAlloc,
-            T::CU_GRAPH_NODE_TYPE_MEM_FREE => NodeKind::MemFree,
-            T::CU_GRAPH_NODE_TYPE_MEMSET => NodeKind::Memset,
-            T::CU_GRAPH_NODE_TYPE_MEMCPY => NodeKind::Memcpy,
-            T::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
-            T::CU_GRAPH_NODE_TYPE_HOST => NodeKind::Host,
-            T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeKind::EventRecord,
-            T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeKind::EventWait,
-            T::CU_GRAPH_NODE_TYPE_GRAPH => NodeKind::ChildGraph,
-            other => NodeKind::Other(other.0),
-        };
-        let mut mem = Vec::new();
-        match kind {
-            NodeKind::MemAlloc => {
-                let mut params = sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
-                check(
-                    // SAFETY: the node is an alloc node; `params` is a valid out-pointer.
-                    unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut params) },
-                    "cuGraphMemAllocNodeGetParams",
-                )?;
-                let allocation = made
-                    .get_mut(&params.dptr)
-                    .and_then(VecDeque::pop_front)
-                    .unwrap_or_else(|| {
-                        GraphAllocation::new(params.dptr, params.bytesize, device, id, None)
-                    });
-                by_address.insert(params.dptr, allocation.clone());
-                mem.push(MemOp::Alloc(allocation));
-            }
-            NodeKind::MemFree => {
-                let mut ptr = 0;
-                check(
-                    // SAFETY: the node is a free node; `ptr` is a valid out-pointer.
-                    unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
-                    "cuGraphMemFreeNodeGetParams",
-                )?;
-                let freed = by_address.get(&ptr).cloned();
-                if let Some(allocation) = freed {
-                    allocation.register_free(id, true);
-                    mem.push(MemOp::Free(allocation));
-                }
-            }
-            _ => {}
-        }
-        graph.nodes.push(crate::graph::NodeRecord {
-            raw: node,
-            kind,
-            label: None,
-            deps: Few::new(),
-            uses: Few::new(),
-            mem: mem.into(),
-            event: None,
-        });
-    }
-    for (f, t) in from.iter().zip(&to) {
-        if let (Some(f), Some(t)) = (position(*f), position(*t)) {
-            graph.nodes[t].deps.push(f as u32);
-        }
-    }
-    Ok(graph)
+    Ok((nodes, from, to))
 }
+
+/// A graph's nodes, and its edges' sources and targets.
+type NodeLists = (
+    Vec<sys::CUgraphNode>,
+    Vec<sys::CUgraphNode>,
+    Vec<sys::CUgraphNode>,
+);

@@ -194,7 +194,7 @@ impl Graph {
     /// `raw` is a live graph for `device` that nothing else destroys or mutates from now on.
     pub unsafe fn from_raw(raw: sys::CUgraph, device: &Device) -> Result<Graph> {
         // SAFETY: the caller hands over a live graph of `device`.
-        unsafe { crate::capture::read_graph(raw, device, next_graph_id(), &[], &[], &[]) }
+        unsafe { crate::capture::read_graph(raw, device, next_graph_id(), Vec::new(), &[], &[]) }
     }
 
     /// Gives up ownership: the caller destroys the graph.

@@ -6,6 +6,11 @@
  *     in CI (tests/build.rs builds this file);
  *   - bench/host-overhead/run.sh: the safe layer's host cost against raw cuda-graph-sys calls.
  * Nothing here runs a kernel or touches memory: device results are the GPU suite's to test.
+ * Stream capture is simulated for one stream at a time (tests that capture run in a process of
+ * their own): each alloc, kernel launch and free captured becomes a node that depends on the
+ * one before it, and the captured graph reads back as that chain: its nodes (in the order
+ * captured, or reversed after null_cuda_reverse_node_order(1)), their types, the memory nodes'
+ * addresses, and the edges.
  * A function it lacks makes the loader return CUDA_ERROR_NOT_FOUND, naming it.
  */
 #include <stddef.h>
@@ -17,7 +22,8 @@ typedef int CUresult;
 static uintptr_t next_handle = 0x1000;
 static unsigned long long next_address = 0x700000000000ull;
 
-static void *handle(void) { return (void *)(next_handle += 16); }
+/* Atomic: the tests call the stub from several threads. */
+static void *handle(void) { return (void *)__atomic_add_fetch(&next_handle, 16, __ATOMIC_RELAXED); }
 
 CUresult cuInit(unsigned flags) { (void)flags; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
@@ -48,7 +54,7 @@ CUresult cuGraphAddMemAllocNode(void **n, void *g, void *deps, size_t count, voi
 {
     (void)g; (void)deps; (void)count;
     unsigned long long *dptr = (unsigned long long *)((char *)params + 88 + 3 * 8);
-    *dptr = (next_address += 1 << 20);
+    *dptr = __atomic_add_fetch(&next_address, 1 << 20, __ATOMIC_RELAXED);
     *n = handle();
     return 0;
 }
@@ -95,6 +101,155 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name)
     return 0;
 }
 CUresult cuModuleUnload(void *m) { (void)m; return 0; }
+
+/* Stream capture: one capturing stream at a time; its captured calls form a chain. */
+enum { MAX_CAPTURED = 1 << 16 };
+enum { NODE_KERNEL = 0, NODE_MEM_ALLOC = 10, NODE_MEM_FREE = 11 };
+static void *capture_stream, *capture_graph, *captured_graph;
+static struct captured_node {
+    void *node;
+    int type;
+    unsigned long long address;
+    size_t bytes;
+} captured[MAX_CAPTURED];
+static void *captured_handles[MAX_CAPTURED];
+static size_t captured_count;
+static int reverse_node_order;
+
+/* For tests: cuGraphGetNodes lists a captured graph's nodes in reverse order when set. */
+void null_cuda_reverse_node_order(int reversed) { reverse_node_order = reversed; }
+
+CUresult cuStreamCreateWithPriority(void **s, unsigned flags, int priority)
+{
+    (void)flags; (void)priority;
+    *s = handle();
+    return 0;
+}
+CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
+CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuStreamBeginCapture_v2(void *s, int mode)
+{
+    (void)mode;
+    if (capture_stream)
+        return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: one capture at a time here */
+    capture_stream = s;
+    capture_graph = handle();
+    captured_count = 0;
+    return 0;
+}
+CUresult cuStreamEndCapture(void *s, void **g)
+{
+    if (s != capture_stream)
+        return 901; /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */
+    *g = captured_graph = capture_graph;
+    capture_stream = NULL;
+    return 0;
+}
+CUresult cuStreamIsCapturing(void *s, int *status)
+{
+    *status = s && s == capture_stream;
+    return 0;
+}
+/* The stream's capture status and its dependencies: the node captured last. */
+CUresult cuStreamGetCaptureInfo_v3(void *s, int *status, unsigned long long *id, void **graph,
+                                   void *const **deps, const void **edge_data, size_t *count)
+{
+    int capturing = s && s == capture_stream;
+    *status = capturing;
+    if (id)
+        *id = 1;
+    if (graph)
+        *graph = capturing ? capture_graph : NULL;
+    if (edge_data)
+        *edge_data = NULL;
+    if (deps)
+        *deps = capturing && captured_count ? &captured_handles[captured_count - 1] : NULL;
+    if (count)
+        *count = capturing && captured_count ? 1 : 0;
+    return 0;
+}
+static CUresult capture_node(void *s, int type, unsigned long long address, size_t bytes)
+{
+    if (!s || s != capture_stream)
+        return 0; /* not capturing: the work "ran" */
+    if (captured_count == MAX_CAPTURED)
+        return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    struct captured_node *n = &captured[captured_count];
+    n->node = captured_handles[captured_count] = handle();
+    n->type = type;
+    n->address = address;
+    n->bytes = bytes;
+    captured_count++;
+    return 0;
+}
+CUresult cuMemAllocAsync(unsigned long long *p, size_t bytes, void *s)
+{
+    *p = __atomic_add_fetch(&next_address, 1 << 20, __ATOMIC_RELAXED);
+    return capture_node(s, NODE_MEM_ALLOC, *p, bytes);
+}
+CUresult cuMemFreeAsync(unsigned long long p, void *s) { return capture_node(s, NODE_MEM_FREE, p, 0); }
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, void *s, void **params, void **extra)
+{
+    (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared;
+    (void)params; (void)extra;
+    return capture_node(s, NODE_KERNEL, 0, 0);
+}
+/* The last captured graph reads back as its chain; any other graph as empty. */
+static size_t captured_nodes_of(void *g) { return g && g == captured_graph ? captured_count : 0; }
+CUresult cuGraphGetNodes(void *g, void **nodes, size_t *count)
+{
+    size_t n = captured_nodes_of(g);
+    for (size_t i = 0; nodes && i < n && i < *count; i++)
+        nodes[i] = captured[reverse_node_order ? n - 1 - i : i].node;
+    *count = n;
+    return 0;
+}
+CUresult cuGraphGetEdges_v2(void *g, void **from, void **to, void *data, size_t *count)
+{
+    (void)data;
+    size_t n = captured_nodes_of(g) ? captured_count - 1 : 0;
+    for (size_t i = 0; from && to && i < n && i < *count; i++) {
+        from[i] = captured[i].node;
+        to[i] = captured[i + 1].node;
+    }
+    *count = n;
+    return 0;
+}
+static struct captured_node *captured_node(void *node)
+{
+    for (size_t i = 0; i < captured_count; i++)
+        if (captured[i].node == node)
+            return &captured[i];
+    return NULL;
+}
+CUresult cuGraphNodeGetType(void *node, int *type)
+{
+    struct captured_node *n = captured_node(node);
+    if (!n)
+        return 400; /* CUDA_ERROR_INVALID_HANDLE */
+    *type = n->type;
+    return 0;
+}
+/* CUDA_MEM_ALLOC_NODE_PARAMS as in cuGraphAddMemAllocNode. */
+CUresult cuGraphMemAllocNodeGetParams(void *node, void *params)
+{
+    struct captured_node *n = captured_node(node);
+    if (!n || n->type != NODE_MEM_ALLOC)
+        return 1; /* CUDA_ERROR_INVALID_VALUE */
+    memset(params, 0, 88 + 4 * 8);
+    *(size_t *)((char *)params + 88 + 2 * 8) = n->bytes;
+    *(unsigned long long *)((char *)params + 88 + 3 * 8) = n->address;
+    return 0;
+}
+CUresult cuGraphMemFreeNodeGetParams(void *node, unsigned long long *address)
+{
+    struct captured_node *n = captured_node(node);
+    if (!n || n->type != NODE_MEM_FREE)
+        return 1; /* CUDA_ERROR_INVALID_VALUE */
+    *address = n->address;
+    return 0;
+}
 
 CUresult cuGetErrorName(int e, const char **s) { (void)e; *s = "CUDA_ERROR_UNKNOWN"; return 0; }
 CUresult cuGetErrorString(int e, const char **s) { (void)e; *s = "null driver"; return 0; }

@@ -8,46 +8,11 @@
 //! The whole binary uses the stub; where it is missing (a suite packed on one machine and run
 //! on another), each test prints `SKIPPED ...` and passes.
 
-use std::path::Path;
-use std::sync::Once;
+mod stub_common;
 
 use cuda_graph::check::Rule;
-use cuda_graph::{
-    AllocParams, Device, Error, Function, Graph, InstantiateFlags, KernelArgs, LaunchConfig,
-    Module, Node,
-};
-
-const STUB: &str = env!("CUDA_GRAPH_TESTS_STUB_DRIVER");
-const STUB_ERROR: &str = env!("CUDA_GRAPH_TESTS_STUB_DRIVER_ERROR");
-const BYTES: usize = 1 << 20;
-const N: u64 = (BYTES / 4) as u64;
-
-/// The device behind the stub driver, and a kernel; `None` (after saying why) without the stub.
-fn stub(test: &str) -> Option<(Device, Function, Module)> {
-    if !STUB_ERROR.is_empty() || !Path::new(STUB).is_file() {
-        let why = if STUB_ERROR.is_empty() {
-            format!("{STUB} is not on this machine")
-        } else {
-            STUB_ERROR.to_string()
-        };
-        println!("SKIPPED {test}: no stub driver ({why})");
-        return None;
-    }
-    static USE_STUB: Once = Once::new();
-    USE_STUB.call_once(|| {
-        // SAFETY: set once, before this process's first driver call (which reads it); the
-        // test threads read no other environment meanwhile.
-        unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", STUB) };
-    });
-    let device = Device::get(0).expect("device 0 of the stub driver");
-    let module = Module::from_ptx(&device, cuda_graph::kernels::PTX).expect("stub module");
-    let fill = module.function("fill_u32").expect("stub function");
-    Some((device, fill, module))
-}
-
-fn config() -> LaunchConfig {
-    LaunchConfig::for_elements(N, 256)
-}
+use cuda_graph::{AllocParams, Device, Error, Function, Graph, InstantiateFlags, KernelArgs, Node};
+use stub_common::{BYTES, N, config, stub};
 
 /// A kernel node using `buf` after `deps`.
 fn kernel(
