@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One GPU session in one command, from the checkout's root on the GPU machine: the packed test
+# suite (ci/gpu-run.sh, every archive in gpu-suite/), the examples (ci/gpu-examples.sh) and,
+# when the release binary is there, the benchmark (bench/run-gpu.sh). Prints the summaries;
+# the benchmark's results.md, bench.csv, footprint.csv, bench.svg and nvidia-smi.txt land in
+# $OUT (default gpu-suite/out), the logs of the rest in a folder beside it.
+#
+#   ci/gpu-all.sh                        # suite, examples, benchmark (--budget 300)
+#   SANITIZE=memcheck ci/gpu-all.sh      # the GPU test binaries, plain and under compute-sanitizer
+#   BENCH_ARGS="--quick" ci/gpu-all.sh   # other benchmark options
+#
+# Carry gpu-suite/suite-*.tar.zst, gpu-suite/examples-13.0.tar.gz, gpu-suite/cargo-nextest.gz
+# and target/release/cuda-graph-bench (see ci/pack-gpu-suite.sh).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-suite/out}
+logs=$(mktemp -d)
+mkdir -p "$out"
+[ -f gpu-suite/cargo-nextest.gz ] && gunzip -f gpu-suite/cargo-nextest.gz
+chmod +x gpu-suite/cargo-nextest
+status=0
+
+echo "##### test suite"
+filter=()
+# Under a sanitizer, only the binaries that run GPU work (the others would only be slower).
+[ -n "${SANITIZE:-}" ] && filter=(-E 'binary(/^(seed_|safe_|misuse|stress|concurrency|lifetime_gpu)/)')
+OUT=$logs ci/gpu-run.sh "${filter[@]}" >"$logs/suite.txt" 2>&1 || status=1
+grep -E '^=== |Summary|FAIL|SKIP|test processes checked' "$logs/suite.txt"
+
+echo "##### examples"
+OUT=$logs ci/gpu-examples.sh 13.0 >"$logs/examples.txt" 2>&1 || status=1
+grep -E '^--- ' "$logs/examples.txt"
+
+bench=target/release/cuda-graph-bench
+if [ -x "$bench" ]; then
+  echo "##### benchmark"
+  # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
+  OUT=$out bench/run-gpu.sh "$bench" ${BENCH_ARGS:---budget 300} >"$logs/bench.txt" 2>&1 || status=1
+  rm -f "$out/samples.csv" "$out/log.txt" "$out/exit-status" "$out/stdout.md"
+  grep -E '^- Timing|^  - missed' "$logs/bench.txt"
+fi
+exit $status
