@@ -51,6 +51,9 @@ pub enum Metric {
     InstantiateUnchecked,
     /// Build plus instantiation with the checks, per repetition.
     BuildInstantiate,
+    /// Build plus instantiation with the checks over C's in the same round (the paths of a
+    /// round run back to back): per repetition, the median over its rounds. A factor.
+    BuildInstantiateVsC,
     /// The first launch and a synchronize.
     FirstLaunch,
     /// Per launch, of `launches` launches and one synchronize.
@@ -217,8 +220,23 @@ fn cycles(
         return Ok(());
     };
     let w = Workload::Graph(mode);
+    let c = variants
+        .iter()
+        .position(|v| v.checked && paths[v.path].id() == PathId::C);
     for (v, variant) in variants.iter().enumerate() {
         let id = paths[variant.path].id();
+        if let Some(c) = c.filter(|_| variant.checked) {
+            let paired: Vec<f64> = sum[v]
+                .iter()
+                .zip(&sum[c])
+                .filter(|(_, c)| **c > 0.0)
+                .map(|(t, c)| t / c)
+                .collect();
+            samples
+                .entry((w, k, Metric::BuildInstantiateVsC, id))
+                .or_default()
+                .push(median(&paired));
+        }
         let mut put = |metric: Metric, values: &[f64]| {
             samples
                 .entry((w, k, metric, id))
