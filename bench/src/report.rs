@@ -146,9 +146,20 @@ pub fn rows(samples: &Samples, ks: &[u32], launches_for: impl Fn(u32) -> u32) ->
                 let mut paired = [None, None, None];
                 for (i, path) in PathId::ALL.into_iter().enumerate() {
                     cells[i] = metrics[i].and_then(|m| stats(w, k, m, path));
-                    if metrics[i] == Some(Metric::BuildInstantiate) && path != PathId::C {
-                        paired[i] = stats(w, k, Metric::BuildInstantiateVsC, path);
+                    if path == PathId::C {
+                        continue;
                     }
+                    paired[i] = match metrics[i] {
+                        Some(Metric::BuildInstantiate) => {
+                            stats(w, k, Metric::BuildInstantiateVsC, path)
+                        }
+                        // Measured back to back within each repetition.
+                        Some(m @ (Metric::Steady | Metric::LaunchSync)) => paired_ratios(
+                            samples.get(&(w, k, m, path)),
+                            samples.get(&(w, k, m, PathId::C)),
+                        ),
+                        _ => None,
+                    };
                 }
                 rows.push(Row {
                     workload: w,
@@ -192,15 +203,10 @@ pub fn rows(samples: &Samples, ks: &[u32], launches_for: impl Fn(u32) -> u32) ->
         // Per repetition: the iteration without a graph over the explicit graph's steady launch
         // (samples of one repetition share an index).
         let speedup = PathId::ALL.map(|p| {
-            let plain = samples.get(&(w, k, Metric::StreamIteration, p))?;
-            let graph = samples.get(&(Workload::Graph(Mode::Explicit), k, Metric::Steady, p))?;
-            let ratios: Vec<f64> = plain
-                .iter()
-                .zip(graph)
-                .filter(|(_, g)| **g > 0.0)
-                .map(|(s, g)| s / g)
-                .collect();
-            Stats::of(&ratios)
+            paired_ratios(
+                samples.get(&(w, k, Metric::StreamIteration, p)),
+                samples.get(&(Workload::Graph(Mode::Explicit), k, Metric::Steady, p)),
+            )
         });
         rows.push(Row {
             workload: w,
@@ -214,6 +220,18 @@ pub fn rows(samples: &Samples, ks: &[u32], launches_for: impl Fn(u32) -> u32) ->
         });
     }
     rows
+}
+
+/// The ratios of `a`'s samples to `b`'s of the same repetition (samples of one repetition
+/// share an index).
+fn paired_ratios(a: Option<&Vec<f64>>, b: Option<&Vec<f64>>) -> Option<Stats> {
+    let ratios: Vec<f64> = a?
+        .iter()
+        .zip(b?)
+        .filter(|(_, b)| **b > 0.0)
+        .map(|(a, b)| a / b)
+        .collect();
+    Stats::of(&ratios)
 }
 
 /// The unit a time is shown in: (nanoseconds per unit, unit).
@@ -293,7 +311,7 @@ pub fn timing_table(rows: &[Row]) -> String {
     s.push_str(LEGEND);
     s.push('\n');
     s.push_str(
-        "Median [min–max] over the repetitions. Ratios are of the medians, except for build + instantiate: there each round runs every path back to back, and the ratio is the median of each path's time over C's in the same round (the host's speed drifts between repetitions by more than the differences measured). safe = cuda-graph, raw = cuda-graph-sys driver calls, C = runtime API (c/graph_bench.c).\n\n",
+        "Median [min–max] over the repetitions. Ratios with a target are paired (the host's speed drifts between repetitions by more than the differences measured): for build + instantiate, each round runs every path back to back and the ratio is the median of each path's time over C's in the same round; for steady launch and launch + sync, the median over the repetitions of each path's figure over C's in the same repetition. Other ratios are of the medians. safe = cuda-graph, raw = cuda-graph-sys driver calls, C = runtime API (c/graph_bench.c).\n\n",
     );
     s.push_str(
         "| workload | k | measurement | safe | raw | C | safe/C | raw/C | target (safe/C) |\n",
