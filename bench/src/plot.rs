@@ -8,6 +8,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::measure::{Metric, Samples, Workload};
+use crate::report::paired_ratios;
 use crate::stats::Stats;
 use crate::workload::{BenchError, Mode, PathId, Result};
 
@@ -57,8 +58,8 @@ fn lines(samples: &Samples, ks: &[u32], metric: Metric, with_stream: bool) -> Ve
     out
 }
 
-/// Per repetition, `path`'s figure over C's (samples of one repetition share an index), as
-/// lines for the safe and raw paths and both graph modes.
+/// Per repetition, `path`'s figure over C's, as the table pairs them (build + instantiate:
+/// per round), as lines for the safe and raw paths and both graph modes.
 fn ratio_lines(samples: &Samples, ks: &[u32], metric: Metric) -> Vec<Line> {
     let mut out = Vec::new();
     for mode in Mode::ALL {
@@ -67,15 +68,15 @@ fn ratio_lines(samples: &Samples, ks: &[u32], metric: Metric) -> Vec<Line> {
             let points: Vec<_> = ks
                 .iter()
                 .filter_map(|&k| {
-                    let mine = samples.get(&(workload, k, metric, path))?;
-                    let c = samples.get(&(workload, k, metric, PathId::C))?;
-                    let ratios: Vec<f64> = mine
-                        .iter()
-                        .zip(c)
-                        .filter(|(_, c)| **c > 0.0)
-                        .map(|(m, c)| m / c)
-                        .collect();
-                    let s = Stats::of(&ratios)?;
+                    let s = if metric == Metric::BuildInstantiate {
+                        let paired = Metric::BuildInstantiateVsC;
+                        Stats::of(samples.get(&(workload, k, paired, path))?)?
+                    } else {
+                        paired_ratios(
+                            samples.get(&(workload, k, metric, path)),
+                            samples.get(&(workload, k, metric, PathId::C)),
+                        )?
+                    };
                     Some((f64::from(k), s.median, s.min, s.max))
                 })
                 .collect();

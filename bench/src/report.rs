@@ -224,7 +224,7 @@ pub fn rows(samples: &Samples, ks: &[u32], launches_for: impl Fn(u32) -> u32) ->
 
 /// The ratios of `a`'s samples to `b`'s of the same repetition (samples of one repetition
 /// share an index).
-fn paired_ratios(a: Option<&Vec<f64>>, b: Option<&Vec<f64>>) -> Option<Stats> {
+pub fn paired_ratios(a: Option<&Vec<f64>>, b: Option<&Vec<f64>>) -> Option<Stats> {
     let ratios: Vec<f64> = a?
         .iter()
         .zip(b?)
