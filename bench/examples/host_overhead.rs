@@ -158,14 +158,6 @@ fn raw_captured_chain(
     config: LaunchConfig,
     k: u32,
 ) -> anyhow::Result<()> {
-    let ok = |code: sys::CUresult, call: &'static str| {
-        anyhow::ensure!(
-            code == sys::CUresult::CUDA_SUCCESS,
-            "{call} failed: {:?}",
-            code
-        );
-        Ok(())
-    };
     let stream = stream.as_raw_stream();
     let global = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
     ok(
@@ -229,36 +221,11 @@ fn raw_captured_chain(
         unsafe { sys::cuStreamEndCapture(stream, &mut graph) },
         "cuStreamEndCapture",
     );
-    result = result.and(ended);
-    if result.is_ok() {
-        let mut exec = null_mut();
-        // SAFETY: valid out-pointer; the graph is live.
-        result = ok(
-            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
-            "cuGraphInstantiateWithFlags",
-        );
-        if result.is_ok() {
-            // SAFETY: made just above, destroyed once.
-            let _ = unsafe { sys::cuGraphExecDestroy(exec) };
-        }
-    }
-    if !graph.is_null() {
-        // SAFETY: made by the capture, destroyed once.
-        let _ = unsafe { sys::cuGraphDestroy(graph) };
-    }
-    result
+    instantiate_and_destroy(graph, result.and(ended))
 }
 
 /// The same chain in raw driver calls, as `src/raw_path.rs` writes it.
 fn raw_chain(device: &Device, fill: &Function, config: LaunchConfig, k: u32) -> anyhow::Result<()> {
-    let ok = |code: sys::CUresult, call: &'static str| {
-        anyhow::ensure!(
-            code == sys::CUresult::CUDA_SUCCESS,
-            "{call} failed: {:?}",
-            code
-        );
-        Ok(())
-    };
     let mut graph = null_mut();
     ok(
         // SAFETY: valid out-pointer; flags must be 0.
@@ -329,10 +296,27 @@ fn raw_chain(device: &Device, fill: &Function, config: LaunchConfig, k: u32) -> 
             break;
         }
     }
+    instantiate_and_destroy(graph, result)
+}
+
+/// A driver call's result as an error naming the call.
+fn ok(code: sys::CUresult, call: &'static str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        code == sys::CUresult::CUDA_SUCCESS,
+        "{call} failed: {:?}",
+        code
+    );
+    Ok(())
+}
+
+/// After a raw build that ended with `built`: instantiates `graph` and destroys the executable
+/// graph (when the build succeeded), then destroys `graph` (when there is one).
+fn instantiate_and_destroy(graph: sys::CUgraph, built: anyhow::Result<()>) -> anyhow::Result<()> {
+    let mut result = built;
     if result.is_ok() {
         let mut exec = null_mut();
-        // SAFETY: valid out-pointer; the graph is live.
         result = ok(
+            // SAFETY: valid out-pointer; the graph is live.
             unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
             "cuGraphInstantiateWithFlags",
         );
@@ -341,7 +325,9 @@ fn raw_chain(device: &Device, fill: &Function, config: LaunchConfig, k: u32) -> 
             let _ = unsafe { sys::cuGraphExecDestroy(exec) };
         }
     }
-    // SAFETY: made above, destroyed once.
-    let _ = unsafe { sys::cuGraphDestroy(graph) };
+    if !graph.is_null() {
+        // SAFETY: made by the build, destroyed once.
+        let _ = unsafe { sys::cuGraphDestroy(graph) };
+    }
     result
 }
