@@ -366,17 +366,29 @@ pub(crate) unsafe fn read_graph(
             event: None,
         });
     }
-    if !from.is_empty() {
-        let index: IdMap<usize, usize> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (n as usize, i))
-            .collect();
-        let position = |node: sys::CUgraphNode| index.get(&(node as usize)).copied();
-        for (f, t) in from.iter().zip(&to) {
-            if let (Some(f), Some(t)) = (position(*f), position(*t)) {
-                graph.nodes[t].deps.push(f as u32);
-            }
+    // A chain's edges come node after node: each edge's source is likely the node its last
+    // target was, and its target the node after its source. Guesses are checked against the
+    // handles; a miss looks the handle up in a map, made at the first miss.
+    let mut index: Option<IdMap<usize, usize>> = None;
+    let mut position = |node: sys::CUgraphNode, guess: usize| {
+        if nodes.get(guess) == Some(&node) {
+            return Some(guess);
+        }
+        let index = index.get_or_insert_with(|| {
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (n as usize, i))
+                .collect()
+        });
+        index.get(&(node as usize)).copied()
+    };
+    let mut last = 0;
+    for (&f, &t) in from.iter().zip(&to) {
+        let Some(f) = position(f, last) else { continue };
+        if let Some(t) = position(t, f + 1) {
+            graph.nodes[t].deps.push(f as u32);
+            last = t;
         }
     }
     Ok(graph)
