@@ -296,6 +296,30 @@ impl Graph {
         Ok((raw, indices))
     }
 
+    /// Makes a node after `deps`: `add` is the driver's call, given the out-pointer for the new
+    /// node, the graph, and the dependencies' handles and count. Returns the node's handle and
+    /// the dependencies' positions in the record.
+    #[inline(always)]
+    fn add_raw(
+        &self,
+        call: &'static str,
+        deps: &[Node],
+        add: impl FnOnce(
+            *mut sys::CUgraphNode,
+            sys::CUgraph,
+            *const sys::CUgraphNode,
+            usize,
+        ) -> sys::CUresult,
+    ) -> Result<(sys::CUgraphNode, Few<u32>)> {
+        let (raw_deps, indices) = self.resolve(call, deps)?;
+        let mut raw = std::ptr::null_mut();
+        check(
+            add(&mut raw, self.raw, raw_deps.as_ptr(), raw_deps.len()),
+            call,
+        )?;
+        Ok((raw, indices))
+    }
+
     fn push(&mut self, raw: sys::CUgraphNode, kind: NodeKind, deps: Few<u32>) -> Node {
         self.push_with(raw, kind, deps, Few::new(), Few::new())
     }
@@ -334,7 +358,6 @@ impl Graph {
     ) -> Result<(Node, GraphAllocation)> {
         const CALL: &str = "cuGraphAddMemAllocNode";
         crate::alloc::check_size(CALL, &params.device, params.bytes)?;
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
         let descs = params.access_descs();
         let mut node_params = sys::CUDA_MEM_ALLOC_NODE_PARAMS {
             poolProps: params.pool_props(),
@@ -343,21 +366,11 @@ impl Graph {
             bytesize: params.bytes,
             dptr: 0,
         };
-        let mut raw = std::ptr::null_mut();
         self.device.bind()?;
-        check(
-            // SAFETY: out-pointers are valid; `raw_deps` and `descs` outlive the call.
-            unsafe {
-                sys::cuGraphAddMemAllocNode(
-                    &mut raw,
-                    self.raw,
-                    raw_deps.as_ptr(),
-                    raw_deps.len(),
-                    &mut node_params,
-                )
-            },
-            CALL,
-        )?;
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call; `descs` outlives it.
+            unsafe { sys::cuGraphAddMemAllocNode(node, graph, deps, count, &mut node_params) }
+        })?;
         let allocation = GraphAllocation::new(
             node_params.dptr,
             params.bytes,
@@ -381,21 +394,11 @@ impl Graph {
         allocation: &GraphAllocation,
     ) -> Result<Node> {
         const CALL: &str = "cuGraphAddMemFreeNode";
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer valid; `raw_deps` outlives the call; the driver validates the address.
-            unsafe {
-                sys::cuGraphAddMemFreeNode(
-                    &mut raw,
-                    self.raw,
-                    raw_deps.as_ptr(),
-                    raw_deps.len(),
-                    allocation.ptr(),
-                )
-            },
-            CALL,
-        )?;
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call; the driver validates the
+            // address.
+            unsafe { sys::cuGraphAddMemFreeNode(node, graph, deps, count, allocation.ptr()) }
+        })?;
         let mem = Few::One(MemOp::Free(allocation.clone()));
         let node = self.push_with(raw, NodeKind::MemFree, indices, Few::new(), mem);
         allocation.register_free(self.id, true);
@@ -418,9 +421,7 @@ impl Graph {
         args: &KernelArgs,
     ) -> Result<Node> {
         const CALL: &str = "cuGraphAddKernelNode";
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
-        let mut raw = std::ptr::null_mut();
-        args.with_pointers(|params| {
+        let (raw, indices) = args.with_pointers(|params| {
             let node_params = sys::CUDA_KERNEL_NODE_PARAMS {
                 func: function.as_raw(),
                 gridDimX: config.grid.0,
@@ -433,20 +434,12 @@ impl Graph {
                 kernelParams: params,
                 ..Default::default()
             };
-            check(
-                // SAFETY: the driver copies the parameters (the pointed-to argument values) during
-                // the call; the caller vouches for their types.
-                unsafe {
-                    sys::cuGraphAddKernelNode(
-                        &mut raw,
-                        self.raw,
-                        raw_deps.as_ptr(),
-                        raw_deps.len(),
-                        &node_params,
-                    )
-                },
-                CALL,
-            )
+            self.add_raw(CALL, deps, |node, graph, deps, count| {
+                // SAFETY: `add_raw`'s pointers are valid for the call; the driver copies the
+                // parameters (the pointed-to argument values) during it; the caller vouches
+                // for their types.
+                unsafe { sys::cuGraphAddKernelNode(node, graph, deps, count, &node_params) }
+            })
         })?;
         let kind = NodeKind::Kernel(function.shared_name());
         let uses = args.uses().iter().cloned().collect();
@@ -471,7 +464,6 @@ impl Graph {
                 ),
             ));
         }
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
         let params = sys::CUDA_MEMSET_NODE_PARAMS {
             dst: target.device_ptr(),
             pitch: 0,
@@ -480,22 +472,13 @@ impl Graph {
             width: count,
             height: 1,
         };
-        let mut raw = std::ptr::null_mut();
         self.device.bind()?;
-        check(
-            // SAFETY: out-pointer valid; the range was checked against the target's size.
-            unsafe {
-                sys::cuGraphAddMemsetNode(
-                    &mut raw,
-                    self.raw,
-                    raw_deps.as_ptr(),
-                    raw_deps.len(),
-                    &params,
-                    self.device.context_raw(),
-                )
-            },
-            CALL,
-        )?;
+        let context = self.device.context_raw();
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call; the range was checked against
+            // the target's size.
+            unsafe { sys::cuGraphAddMemsetNode(node, graph, deps, count, &params, context) }
+        })?;
         let node = self.push(raw, NodeKind::Memset, indices);
         self.nodes[node.index()].uses = target.graph_allocation().cloned().into_iter().collect();
         Ok(node)
@@ -520,7 +503,6 @@ impl Graph {
                 ),
             ));
         }
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
         let params = sys::CUDA_MEMCPY3D {
             srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
             srcDevice: src.device_ptr(),
@@ -531,22 +513,13 @@ impl Graph {
             Depth: 1,
             ..Default::default()
         };
-        let mut raw = std::ptr::null_mut();
         self.device.bind()?;
-        check(
-            // SAFETY: out-pointer valid; both ranges were checked against their sizes.
-            unsafe {
-                sys::cuGraphAddMemcpyNode(
-                    &mut raw,
-                    self.raw,
-                    raw_deps.as_ptr(),
-                    raw_deps.len(),
-                    &params,
-                    self.device.context_raw(),
-                )
-            },
-            CALL,
-        )?;
+        let context = self.device.context_raw();
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call; both ranges were checked
+            // against their sizes.
+            unsafe { sys::cuGraphAddMemcpyNode(node, graph, deps, count, &params, context) }
+        })?;
         let node = self.push(raw, NodeKind::Memcpy, indices);
         let uses = [dst.graph_allocation(), src.graph_allocation()];
         self.nodes[node.index()].uses = uses.into_iter().flatten().cloned().collect();
@@ -556,15 +529,10 @@ impl Graph {
     /// Adds an empty node, which only orders its dependencies before its dependents.
     pub fn add_empty_node(&mut self, deps: &[Node]) -> Result<Node> {
         const CALL: &str = "cuGraphAddEmptyNode";
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer valid; `raw_deps` outlives the call.
-            unsafe {
-                sys::cuGraphAddEmptyNode(&mut raw, self.raw, raw_deps.as_ptr(), raw_deps.len())
-            },
-            CALL,
-        )?;
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call.
+            unsafe { sys::cuGraphAddEmptyNode(node, graph, deps, count) }
+        })?;
         Ok(self.push(raw, NodeKind::Empty, indices))
     }
 
@@ -584,26 +552,16 @@ impl Graph {
                 std::process::abort();
             }
         }
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
         let callback: Arc<Callback> = Arc::new(Box::new(f));
         let params = sys::CUDA_HOST_NODE_PARAMS {
             fn_: Some(trampoline),
             userData: Arc::as_ptr(&callback) as *mut c_void,
         };
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer valid; the callback data lives as long as the graph and its execs.
-            unsafe {
-                sys::cuGraphAddHostNode(
-                    &mut raw,
-                    self.raw,
-                    raw_deps.as_ptr(),
-                    raw_deps.len(),
-                    &params,
-                )
-            },
-            CALL,
-        )?;
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call; the callback data lives as
+            // long as the graph and its executable graphs (`keep`).
+            unsafe { sys::cuGraphAddHostNode(node, graph, deps, count, &params) }
+        })?;
         self.keep.push(callback);
         Ok(self.push(raw, NodeKind::Host, indices))
     }
@@ -631,21 +589,11 @@ impl Graph {
         } else {
             ("cuGraphAddEventWaitNode", sys::cuGraphAddEventWaitNode)
         };
-        let (raw_deps, indices) = self.resolve(call, deps)?;
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer valid; the event is kept alive with the graph.
-            unsafe {
-                add(
-                    &mut raw,
-                    self.raw,
-                    raw_deps.as_ptr(),
-                    raw_deps.len(),
-                    event.as_raw(),
-                )
-            },
-            call,
-        )?;
+        let (raw, indices) = self.add_raw(call, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call; the event is kept alive with
+            // the graph.
+            unsafe { add(node, graph, deps, count, event.as_raw()) }
+        })?;
         let node = self.push(raw, kind, indices);
         self.nodes[node.index()].event = Some(event.clone());
         self.keep.push(Arc::new(event.clone()));
@@ -664,21 +612,11 @@ impl Graph {
                 "the child graph has alloc or free nodes, which CUDA does not copy into a parent; move it in with add_child_graph_node_moved (CUDA 12.9+)",
             ));
         }
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer valid; the driver clones the child graph.
-            unsafe {
-                sys::cuGraphAddChildGraphNode(
-                    &mut raw,
-                    self.raw,
-                    raw_deps.as_ptr(),
-                    raw_deps.len(),
-                    child.raw,
-                )
-            },
-            CALL,
-        )?;
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call; the driver clones the child
+            // graph.
+            unsafe { sys::cuGraphAddChildGraphNode(node, graph, deps, count, child.raw) }
+        })?;
         self.keep.extend(child.keep.iter().cloned());
         let node = self.push(raw, NodeKind::ChildGraph, indices);
         self.nodes[node.index()].uses = child
@@ -695,7 +633,6 @@ impl Graph {
     #[cfg(cuda_graph_child_move)]
     pub fn add_child_graph_node_moved(&mut self, deps: &[Node], mut child: Graph) -> Result<Node> {
         const CALL: &str = "cuGraphAddNode";
-        let (raw_deps, indices) = self.resolve(CALL, deps)?;
         let mut params = sys::CUgraphNodeParams {
             type_: sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH,
             ..Default::default()
@@ -704,21 +641,13 @@ impl Graph {
             graph: child.raw,
             ownership: sys::CUgraphChildGraphNodeOwnership::CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE,
         };
-        let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer valid; on success the parent owns the child's handle.
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call (no edge data); on success
+            // the parent owns the child's handle.
             unsafe {
-                sys::cuGraphAddNode_v2(
-                    &mut raw,
-                    self.raw,
-                    raw_deps.as_ptr(),
-                    std::ptr::null(),
-                    raw_deps.len(),
-                    &mut params,
-                )
-            },
-            CALL,
-        )?;
+                sys::cuGraphAddNode_v2(node, graph, deps, std::ptr::null(), count, &mut params)
+            }
+        })?;
         child.owns_raw = false;
         self.keep.append(&mut child.keep);
         let node = self.push(raw, NodeKind::ChildGraph, indices);
