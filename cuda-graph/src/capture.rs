@@ -342,7 +342,8 @@ pub(crate) unsafe fn read_graph(
     graph.nodes.reserve(nodes.len());
     for &node in &nodes {
         let what = match in_order.peek() {
-            Some(&(next, _)) if next == node && known.is_none() => in_order.next().map(|(_, w)| w),
+            // (Empty once `known` is made.)
+            Some(&(next, _)) if next == node => in_order.next().map(|(_, w)| w),
             _ => known
                 .get_or_insert_with(|| in_order.by_ref().map(|(n, w)| (n as usize, w)).collect())
                 .remove(&(node as usize)),
@@ -356,15 +357,7 @@ pub(crate) unsafe fn read_graph(
                 unsafe { unknown_node(node, device, id, &mut made, by_address) }?
             }
         };
-        graph.nodes.push(crate::graph::NodeRecord {
-            raw: node,
-            kind,
-            label: None,
-            deps: Few::new(),
-            uses,
-            mem,
-            event: None,
-        });
+        graph.push_with(node, kind, Few::new(), uses, mem);
     }
     // A chain's edges come node after node: each edge's source is likely the node its last
     // target was, and its target the node after its source. Guesses are checked against the

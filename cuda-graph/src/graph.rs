@@ -325,7 +325,7 @@ impl Graph {
     }
 
     /// As [`push`](Graph::push), with the node's uses and memory operations.
-    fn push_with(
+    pub(crate) fn push_with(
         &mut self,
         raw: sys::CUgraphNode,
         kind: NodeKind,
