@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session in one command, from the checkout's root on the GPU machine: the packed test
-# suite (ci/gpu-run.sh, every archive in gpu-suite/), the examples (ci/gpu-examples.sh) and,
-# when the release binary is there, the benchmark (bench/run-gpu.sh). Prints the summaries;
+# suite (ci/gpu-run.sh, every archive in gpu-suite/), the examples (ci/gpu-examples.sh), where
+# nvcc is there the capture-call probe (bench/probe/capture_calls.cu) and, when the release
+# binary is there, the benchmark (bench/run-gpu.sh). Prints the summaries;
 # the benchmark's results.md, bench.csv, footprint.csv, bench.svg and nvidia-smi.txt land in
 # $OUT (default gpu-suite/out), the logs of the rest in a folder beside it.
 #
@@ -30,6 +31,15 @@ grep -E '^=== |Summary|FAIL|SKIP|test processes checked' "$logs/suite.txt"
 echo "##### examples"
 OUT=$logs ci/gpu-examples.sh 13.0 >"$logs/examples.txt" 2>&1 || status=1
 grep -E '^--- ' "$logs/examples.txt"
+
+if command -v nvcc >/dev/null; then
+  echo "##### capture-call probe (bench/probe/capture_calls.cu)"
+  if nvcc -O2 -o "$logs/capture_calls" bench/probe/capture_calls.cu -lcuda >"$logs/probe.txt" 2>&1; then
+    "$logs/capture_calls" || status=1
+  else
+    cat "$logs/probe.txt"; status=1
+  fi
+fi
 
 bench=target/release/cuda-graph-bench
 if [ -x "$bench" ]; then
