@@ -45,7 +45,6 @@ typedef struct gb_graph_times {
     uint64_t first_launch_ns;   /* the first cudaGraphLaunch + cudaStreamSynchronize */
     uint64_t steady_enqueue_ns; /* `launches` cudaGraphLaunch calls, before the synchronize */
     uint64_t steady_ns;         /* the same launches and one cudaStreamSynchronize */
-    uint64_t launch_sync_ns;    /* `sync_iters` times cudaGraphLaunch + cudaStreamSynchronize */
 } gb_graph_times;
 
 /* One build + instantiate cycle (gb_build_instantiate). */
@@ -68,13 +67,16 @@ typedef struct gb_mem {
     unsigned long long reserved_high;
 } gb_mem;
 
-/* What gb_open sets up: the device, the kernels, and the stream the chain workloads run on. */
+/* What gb_open sets up: the device, the kernels, and the stream the chain workloads run on;
+ * and the chain gb_graph_chain leaves for gb_launch_sync, until gb_release_chain. */
 typedef struct gb_ctx {
     int device;
     cudaLibrary_t library;
     cudaKernel_t fill;      /* fill_u32(unsigned *p, unsigned long long n, unsigned v) */
     cudaKernel_t spin_fill; /* spin_then_fill_u32(p, n, v, unsigned long long spins) */
     cudaStream_t stream;
+    cudaGraph_t chain_graph;
+    cudaGraphExec_t chain_exec;
 } gb_ctx;
 
 /* Graphs of the footprint scenarios, as in graphMemoryFootprint. */
@@ -159,6 +161,8 @@ out:
 
 /* ---------------------------------------------------------------- set-up */
 
+int gb_release_chain(gb_ctx *ctx, gb_error *err);
+
 int gb_open(const char *ptx, int device, gb_ctx **out_ctx, gb_error *err)
 {
     gb_ctx *ctx = calloc(1, sizeof *ctx);
@@ -192,6 +196,9 @@ int gb_close(gb_ctx *ctx, gb_error *err)
     if (ctx == NULL) {
         return 0;
     }
+    if (gb_release_chain(ctx, err) != 0) {
+        goto out;
+    }
     CK(cudaStreamSynchronize, (ctx->stream));
     CK(cudaStreamDestroy, (ctx->stream));
     ctx->stream = NULL;
@@ -199,6 +206,12 @@ int gb_close(gb_ctx *ctx, gb_error *err)
     ctx->library = NULL;
     rc = 0;
 out:
+    if (ctx->chain_exec != NULL) {
+        (void)cudaGraphExecDestroy(ctx->chain_exec);
+    }
+    if (ctx->chain_graph != NULL) {
+        (void)cudaGraphDestroy(ctx->chain_graph);
+    }
     if (ctx->stream != NULL) {
         (void)cudaStreamDestroy(ctx->stream);
     }
@@ -312,14 +325,31 @@ out:
     return -1;
 }
 
+/* Destroys the chain gb_graph_chain left, if any, after its launches finish. */
+int gb_release_chain(gb_ctx *ctx, gb_error *err)
+{
+    int rc = -1;
+    if (ctx->chain_exec != NULL) {
+        CK(cudaStreamSynchronize, (ctx->stream));
+        CK(cudaGraphExecDestroy, (ctx->chain_exec));
+        ctx->chain_exec = NULL;
+    }
+    if (ctx->chain_graph != NULL) {
+        CK(cudaGraphDestroy, (ctx->chain_graph));
+        ctx->chain_graph = NULL;
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
 /*
  * The chain of build_chain, built and instantiated untimed (gb_build_instantiate times those),
- * launched once and synchronized, launched `launches` times and synchronized once, and launched
- * and synchronized `sync_iters` times.
+ * launched once and synchronized, and launched `launches` times and synchronized once. The
+ * executable graph stays in `ctx` for gb_launch_sync until gb_release_chain (or the next call).
  */
 int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
-                   unsigned int launches, unsigned int sync_iters, gb_graph_times *times,
-                   gb_error *err)
+                   unsigned int launches, gb_graph_times *times, gb_error *err)
 {
     int rc = -1;
     cudaGraph_t graph = NULL;
@@ -328,6 +358,9 @@ int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *sha
     uint64_t t0, t1, t2;
 
     memset(times, 0, sizeof *times);
+    if (gb_release_chain(ctx, err) != 0) {
+        return -1;
+    }
     if (build_chain(ctx, capture, k, shape, &graph, err) != 0) {
         goto out;
     }
@@ -349,18 +382,10 @@ int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *sha
     times->steady_enqueue_ns = t1 - t0;
     times->steady_ns = t2 - t0;
 
-    t0 = now_ns();
-    for (unsigned int i = 0; i < sync_iters; i++) {
-        CK(cudaGraphLaunch, (exec, stream));
-        CK(cudaStreamSynchronize, (stream));
-    }
-    t1 = now_ns();
-    times->launch_sync_ns = t1 - t0;
-
-    CK(cudaGraphExecDestroy, (exec));
-    exec = NULL;
-    CK(cudaGraphDestroy, (graph));
+    ctx->chain_graph = graph;
+    ctx->chain_exec = exec;
     graph = NULL;
+    exec = NULL;
     rc = 0;
 out:
     if (exec != NULL) {
@@ -371,6 +396,27 @@ out:
         (void)cudaGraphDestroy(graph);
     }
     return rc;
+}
+
+/* `iters` times cudaGraphLaunch + cudaStreamSynchronize of the chain gb_graph_chain left. */
+int gb_launch_sync(gb_ctx *ctx, unsigned int iters, uint64_t *ns, gb_error *err)
+{
+    uint64_t t0;
+    *ns = 0;
+    if (ctx->chain_exec == NULL) {
+        fail(err, "gb_launch_sync (no chain: call gb_graph_chain first)", cudaErrorInvalidValue,
+             __LINE__);
+        return -1;
+    }
+    t0 = now_ns();
+    for (unsigned int i = 0; i < iters; i++) {
+        CK(cudaGraphLaunch, (ctx->chain_exec, ctx->stream));
+        CK(cudaStreamSynchronize, (ctx->stream));
+    }
+    *ns = now_ns() - t0;
+    return 0;
+out:
+    return -1;
 }
 
 /*

@@ -8,7 +8,7 @@
 
 use crate::footprint::Mem;
 use crate::workload::{
-    BenchError, Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads,
+    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads,
 };
 
 /// What `build.rs` did with the C file, in words.
@@ -88,7 +88,6 @@ mod imp {
         first_launch_ns: u64,
         steady_enqueue_ns: u64,
         steady_ns: u64,
-        launch_sync_ns: u64,
     }
 
     /// `gb_cycle_times`.
@@ -130,10 +129,12 @@ mod imp {
             k: c_uint,
             shape: *const GbShape,
             launches: c_uint,
-            sync_iters: c_uint,
             times: *mut GbGraphTimes,
             err: *mut GbError,
         ) -> c_int;
+        fn gb_launch_sync(ctx: *mut GbCtx, iters: c_uint, ns: *mut u64, err: *mut GbError)
+        -> c_int;
+        fn gb_release_chain(ctx: *mut GbCtx, err: *mut GbError) -> c_int;
         fn gb_build_instantiate(
             ctx: *mut GbCtx,
             capture: c_int,
@@ -342,7 +343,7 @@ mod imp {
             mode: Mode,
             k: u32,
             shape: Shape,
-            counts: Counts,
+            launches: u32,
         ) -> Result<GraphRun> {
             let shape = GbShape::from(shape);
             let mut t = GbGraphTimes::default();
@@ -350,26 +351,28 @@ mod imp {
             let ctx = self.ctx;
             call(|err| {
                 // SAFETY: the context is open; the pointers are valid for the call.
-                unsafe {
-                    gb_graph_chain(
-                        ctx,
-                        capture,
-                        k,
-                        &shape,
-                        counts.launches,
-                        counts.sync_iters,
-                        &mut t,
-                        err,
-                    )
-                }
+                unsafe { gb_graph_chain(ctx, capture, k, &shape, launches, &mut t, err) }
             })?;
             Ok(GraphRun {
                 check: None,
                 first_launch: ns(t.first_launch_ns),
                 steady_enqueue: ns(t.steady_enqueue_ns),
                 steady: ns(t.steady_ns),
-                launch_sync: ns(t.launch_sync_ns),
             })
+        }
+
+        fn launch_sync(&mut self, iters: u32) -> Result<Duration> {
+            let mut t = 0;
+            let ctx = self.ctx;
+            // SAFETY: the context is open; the pointers are valid for the call.
+            call(|err| unsafe { gb_launch_sync(ctx, iters, &mut t, err) })?;
+            Ok(ns(t))
+        }
+
+        fn release_chain(&mut self) -> Result<()> {
+            let ctx = self.ctx;
+            // SAFETY: the context is open; the error record is valid for the call.
+            call(|err| unsafe { gb_release_chain(ctx, err) })
         }
 
         fn build_instantiate(
@@ -408,6 +411,7 @@ mod imp {
 #[cfg(cuda_graph_bench_no_c)]
 mod imp {
     use std::convert::Infallible;
+    use std::time::Duration;
 
     use super::*;
 
@@ -466,8 +470,16 @@ mod imp {
             _mode: Mode,
             _k: u32,
             _shape: Shape,
-            _counts: Counts,
+            _launches: u32,
         ) -> Result<GraphRun> {
+            match self.never {}
+        }
+
+        fn launch_sync(&mut self, _iters: u32) -> Result<Duration> {
+            match self.never {}
+        }
+
+        fn release_chain(&mut self) -> Result<()> {
             match self.never {}
         }
 

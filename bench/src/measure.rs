@@ -62,11 +62,25 @@ pub enum Metric {
     SteadyEnqueue,
     /// Per iteration of launch + synchronize.
     LaunchSync,
+    /// Launch + synchronize over C's in the same round (the paths' blocks of a round run back
+    /// to back): per repetition, the median over its rounds. A factor.
+    LaunchSyncVsC,
     /// Per iteration of the workload without graphs (k segments), with its share of the final
     /// synchronize.
     StreamIteration,
     /// Per iteration, the host time of queueing it.
     StreamEnqueue,
+}
+
+impl Metric {
+    /// The ratio to C that is recorded round by round for this metric, if any.
+    pub fn paired(self) -> Option<Metric> {
+        match self {
+            Metric::BuildInstantiate => Some(Metric::BuildInstantiateVsC),
+            Metric::LaunchSync => Some(Metric::LaunchSyncVsC),
+            _ => None,
+        }
+    }
 }
 
 /// Every sample, in nanoseconds, by workload, k, metric and path.
@@ -135,10 +149,6 @@ fn record_graph(samples: &mut Samples, mode: Mode, k: u32, path: PathId, c: Coun
     let launches = f64::from(c.launches.max(1));
     put(Metric::Steady, ns(r.steady) / launches);
     put(Metric::SteadyEnqueue, ns(r.steady_enqueue) / launches);
-    put(
-        Metric::LaunchSync,
-        ns(r.launch_sync) / f64::from(c.sync_iters.max(1)),
-    );
 }
 
 fn record_stream(samples: &mut Samples, k: u32, path: PathId, iters: u32, r: &StreamRun) {
@@ -254,6 +264,71 @@ fn cycles(
     Ok(())
 }
 
+/// Launch + synchronize of the chains `graph_chain` left, in rounds: each round runs every path's
+/// block of iterations back to back, in an order that rotates from round to round, so a round's
+/// paths see the same host; `iters` iterations per path in all. A path's sample is its time per
+/// iteration; its paired sample, the median over the rounds of its block's time over C's.
+fn launch_sync_rounds(
+    paths: &mut [&mut dyn Workloads],
+    mode: Mode,
+    k: u32,
+    iters: u32,
+    rotation: usize,
+    samples: Option<&mut Samples>,
+) -> Result<()> {
+    let iters = iters.max(1);
+    let rounds = iters.min(LAUNCH_SYNC_ROUNDS);
+    let n = paths.len();
+    let mut times = vec![Vec::with_capacity(rounds as usize); n];
+    let mut counts = vec![0u32; n];
+    for round in 0..rounds {
+        // The first rounds take the remainder, so the blocks add up to `iters`.
+        let block = iters / rounds + u32::from(round < iters % rounds);
+        for i in rotated(n, rotation + round as usize) {
+            let t = paths[i].launch_sync(block).map_err(|e| {
+                e.context(format_args!(
+                    "{} path, {}, k = {k}, launch + sync",
+                    paths[i].id().name(),
+                    mode.name()
+                ))
+            })?;
+            times[i].push(t.as_nanos() as f64 / f64::from(block));
+            counts[i] += block;
+        }
+    }
+    let Some(samples) = samples else {
+        return Ok(());
+    };
+    let w = Workload::Graph(mode);
+    let c = paths.iter().position(|p| p.id() == PathId::C);
+    for (i, path) in paths.iter().enumerate() {
+        let id = path.id();
+        let total: f64 = times[i].iter().sum::<f64>();
+        let per_iteration = total / f64::from(rounds);
+        samples
+            .entry((w, k, Metric::LaunchSync, id))
+            .or_default()
+            .push(per_iteration);
+        if let Some(c) = c.filter(|&c| c != i) {
+            let paired: Vec<f64> = times[i]
+                .iter()
+                .zip(&times[c])
+                .filter(|(_, c)| **c > 0.0)
+                .map(|(t, c)| t / c)
+                .collect();
+            samples
+                .entry((w, k, Metric::LaunchSyncVsC, id))
+                .or_default()
+                .push(median(&paired));
+        }
+        debug_assert_eq!(counts[i], iters);
+    }
+    Ok(())
+}
+
+/// Rounds of launch + synchronize per repetition (fewer when there are fewer iterations).
+const LAUNCH_SYNC_ROUNDS: u32 = 10;
+
 /// The paths in the order of `rotation`.
 fn rotated(n: usize, rotation: usize) -> impl Iterator<Item = usize> {
     (0..n).map(move |j| (j + rotation) % n)
@@ -290,13 +365,26 @@ fn one_rep(
             for i in rotated(n, rep + ki + mi) {
                 let path = &mut paths[i];
                 let id = path.id();
-                let run = path.graph_chain(mode, k, plan.shape, counts).map_err(|e| {
-                    e.context(format_args!("{} path, {}, k = {k}", id.name(), mode.name()))
-                })?;
+                let run = path
+                    .graph_chain(mode, k, plan.shape, counts.launches)
+                    .map_err(|e| {
+                        e.context(format_args!("{} path, {}, k = {k}", id.name(), mode.name()))
+                    })?;
                 if let Some(s) = samples.as_deref_mut() {
                     record_graph(s, mode, k, id, counts, &run);
                 }
             }
+            let synced = launch_sync_rounds(
+                paths,
+                mode,
+                k,
+                counts.sync_iters,
+                rep + ki + mi,
+                samples.as_deref_mut(),
+            );
+            let released = paths.iter_mut().try_for_each(|p| p.release_chain());
+            synced?;
+            released?;
         }
         for i in rotated(n, rep + ki + 2) {
             let path = &mut paths[i];
@@ -353,4 +441,94 @@ pub fn run(
         stopped_early,
         elapsed: start.elapsed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use super::{Metric, Samples, Workload, launch_sync_rounds};
+    use crate::workload::{CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads};
+
+    /// A path whose launch + sync takes `ns` per iteration, times a host speed that changes
+    /// from one round of the three paths to the next, and ten times as long in the 7th call
+    /// (a hiccup of the host); `log` lists the calls.
+    struct Fake {
+        id: PathId,
+        ns: f64,
+        log: Rc<RefCell<Vec<(PathId, u32)>>>,
+    }
+
+    impl Workloads for Fake {
+        fn id(&self) -> PathId {
+            self.id
+        }
+        fn graph_chain(&mut self, _: Mode, _: u32, _: Shape, _: u32) -> Result<GraphRun> {
+            unreachable!()
+        }
+        fn launch_sync(&mut self, iters: u32) -> Result<Duration> {
+            let mut log = self.log.borrow_mut();
+            let call = log.len();
+            log.push((self.id, iters));
+            let round = call / 3;
+            let hiccup = if call == 6 { 10.0 } else { 1.0 };
+            let speed = (1.0 + round as f64 * 0.5) * hiccup;
+            Ok(Duration::from_nanos(
+                (self.ns * f64::from(iters) * speed) as u64,
+            ))
+        }
+        fn release_chain(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn build_instantiate(&mut self, _: Mode, _: u32, _: Shape, _: bool) -> Result<CycleRun> {
+            unreachable!()
+        }
+        fn stream_chain(&mut self, _: u32, _: Shape, _: u32) -> Result<StreamRun> {
+            unreachable!()
+        }
+    }
+
+    #[test]
+    fn launch_sync_pairs_each_round_with_c() {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let fake = |id, ns| Fake {
+            id,
+            ns,
+            log: log.clone(),
+        };
+        let (mut safe, mut raw, mut c) = (
+            fake(PathId::Safe, 1010.0),
+            fake(PathId::Raw, 990.0),
+            fake(PathId::C, 1000.0),
+        );
+        let mut paths: [&mut dyn Workloads; 3] = [&mut safe, &mut raw, &mut c];
+        let mut samples = Samples::new();
+        launch_sync_rounds(&mut paths, Mode::Explicit, 10, 25, 1, Some(&mut samples)).unwrap();
+
+        let log = log.borrow();
+        // 10 rounds of every path; the blocks add up to 25 iterations a path (3 + 3 + 3 + 3 + 3
+        // + 2 + 2 + 2 + 2 + 2), and the first path of a round rotates.
+        assert_eq!(log.len(), 30);
+        for id in PathId::ALL {
+            let total: u32 = log.iter().filter(|(p, _)| *p == id).map(|(_, n)| n).sum();
+            assert_eq!(total, 25, "{id:?}");
+        }
+        let firsts: Vec<PathId> = log.chunks(3).map(|round| round[0].0).collect();
+        assert_eq!(firsts[..3], [PathId::Raw, PathId::C, PathId::Safe]);
+
+        // The host's speed changes 5-fold over the rounds, and one block of the safe path (the
+        // 7th call: round 2 starts with it) took ten times as long; the paired ratio does not
+        // see either.
+        let w = Workload::Graph(Mode::Explicit);
+        let ratio = samples[&(w, 10, Metric::LaunchSyncVsC, PathId::Safe)][0];
+        assert!((ratio - 1.01).abs() < 1e-3, "{ratio}");
+        let ratio = samples[&(w, 10, Metric::LaunchSyncVsC, PathId::Raw)][0];
+        assert!((ratio - 0.99).abs() < 1e-3, "{ratio}");
+        assert!(!samples.contains_key(&(w, 10, Metric::LaunchSyncVsC, PathId::C)));
+        // Per iteration: the mean over the rounds of the block's time per iteration.
+        let raw = samples[&(w, 10, Metric::LaunchSync, PathId::Raw)][0];
+        assert!((raw - 990.0 * 3.25).abs() < 1.0, "{raw}");
+    }
 }

@@ -58,8 +58,8 @@ fn lines(samples: &Samples, ks: &[u32], metric: Metric, with_stream: bool) -> Ve
     out
 }
 
-/// Per repetition, `path`'s figure over C's, as the table pairs them (build + instantiate:
-/// per round), as lines for the safe and raw paths and both graph modes.
+/// Per repetition, `path`'s figure over C's, as the table pairs them (build + instantiate and
+/// launch + sync: per round), as lines for the safe and raw paths and both graph modes.
 fn ratio_lines(samples: &Samples, ks: &[u32], metric: Metric) -> Vec<Line> {
     let mut out = Vec::new();
     for mode in Mode::ALL {
@@ -68,8 +68,7 @@ fn ratio_lines(samples: &Samples, ks: &[u32], metric: Metric) -> Vec<Line> {
             let points: Vec<_> = ks
                 .iter()
                 .filter_map(|&k| {
-                    let s = if metric == Metric::BuildInstantiate {
-                        let paired = Metric::BuildInstantiateVsC;
+                    let s = if let Some(paired) = metric.paired() {
                         Stats::of(samples.get(&(workload, k, paired, path))?)?
                     } else {
                         paired_ratios(

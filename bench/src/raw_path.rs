@@ -3,13 +3,12 @@
 
 use std::ffi::{CString, c_void};
 use std::ptr::{null, null_mut};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cuda_graph::sys;
 
 use crate::workload::{
-    BenchError, Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads,
-    driver,
+    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
 };
 
 /// The raw path's context, kernel and stream.
@@ -21,6 +20,8 @@ pub struct RawPath {
     module: sys::CUmodule,
     fill: sys::CUfunction,
     stream: sys::CUstream,
+    /// The chain `graph_chain` left for `launch_sync`.
+    chain: Option<(OwnedExec, OwnedGraph)>,
 }
 
 impl RawPath {
@@ -34,6 +35,7 @@ impl RawPath {
             module: null_mut(),
             fill: null_mut(),
             stream: null_mut(),
+            chain: None,
         };
         // SAFETY: cuInit takes flags by value; 0 is the only valid value.
         driver(unsafe { sys::cuInit(0) }, "cuInit")?;
@@ -251,6 +253,7 @@ impl Drop for RawPath {
             let _ = sys::cuCtxSetCurrent(self.context);
             if !self.stream.is_null() {
                 let _ = sys::cuStreamSynchronize(self.stream);
+                self.chain = None;
                 let _ = sys::cuStreamDestroy(self.stream);
             }
             if !self.module.is_null() {
@@ -262,6 +265,7 @@ impl Drop for RawPath {
 }
 
 /// A raw graph destroyed on drop (also on an error part-way through a build).
+#[derive(Debug)]
 struct OwnedGraph(sys::CUgraph);
 
 impl Drop for OwnedGraph {
@@ -274,6 +278,7 @@ impl Drop for OwnedGraph {
 }
 
 /// A raw executable graph destroyed on drop.
+#[derive(Debug)]
 struct OwnedExec(sys::CUgraphExec);
 
 impl Drop for OwnedExec {
@@ -313,14 +318,8 @@ impl Workloads for RawPath {
         PathId::Raw
     }
 
-    fn graph_chain(
-        &mut self,
-        mode: Mode,
-        k: u32,
-        shape: Shape,
-        counts: Counts,
-    ) -> Result<GraphRun> {
-        self.bind()?;
+    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape, launches: u32) -> Result<GraphRun> {
+        self.release_chain()?;
         let stream = self.stream;
         let mut run = GraphRun::default();
         let graph = self.build(mode, k, shape)?;
@@ -347,22 +346,51 @@ impl Workloads for RawPath {
         run.first_launch = t.elapsed();
 
         let t = Instant::now();
-        for _ in 0..counts.launches {
+        for _ in 0..launches {
             launch()?;
         }
         run.steady_enqueue = t.elapsed();
         synchronize()?;
         run.steady = t.elapsed();
-
-        let t = Instant::now();
-        for _ in 0..counts.sync_iters {
-            launch()?;
-            synchronize()?;
-        }
-        run.launch_sync = t.elapsed();
-        drop(exec);
-        drop(graph);
+        self.chain = Some((exec, graph));
         Ok(run)
+    }
+
+    fn launch_sync(&mut self, iters: u32) -> Result<Duration> {
+        self.bind()?;
+        let stream = self.stream;
+        let Some((exec, _)) = &self.chain else {
+            return Err(BenchError(
+                "launch_sync: no chain (call graph_chain first)".into(),
+            ));
+        };
+        let t = Instant::now();
+        for _ in 0..iters {
+            driver(
+                // SAFETY: both handles are live.
+                unsafe { sys::cuGraphLaunch(exec.0, stream) },
+                "cuGraphLaunch",
+            )?;
+            driver(
+                // SAFETY: the stream is live.
+                unsafe { sys::cuStreamSynchronize(stream) },
+                "cuStreamSynchronize",
+            )?;
+        }
+        Ok(t.elapsed())
+    }
+
+    fn release_chain(&mut self) -> Result<()> {
+        self.bind()?;
+        if self.chain.is_some() {
+            driver(
+                // SAFETY: the stream is live.
+                unsafe { sys::cuStreamSynchronize(self.stream) },
+                "cuStreamSynchronize",
+            )?;
+            self.chain = None;
+        }
+        Ok(())
     }
 
     fn build_instantiate(

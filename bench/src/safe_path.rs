@@ -2,13 +2,15 @@
 
 use std::time::Instant;
 
+use std::time::Duration;
+
 use cuda_graph::{
-    AllocParams, AsStream, CaptureMode, DeviceAddress, Function, Graph, InstantiateFlags,
-    KernelArgs, LaunchConfig, Module, Node, Stream, StreamFlags, capture, sys,
+    AllocParams, AsStream, CaptureMode, DeviceAddress, ExecGraph, Function, Graph,
+    InstantiateFlags, KernelArgs, LaunchConfig, Module, Node, Stream, StreamFlags, capture, sys,
 };
 
 use crate::workload::{
-    Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
+    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
 };
 
 /// The safe path's device, kernels and stream.
@@ -22,6 +24,8 @@ pub struct SafePath {
     pub spin_fill: Function,
     /// The stream every workload runs on (non-blocking, as in the other paths).
     pub stream: Stream,
+    /// The chain `graph_chain` left for `launch_sync`.
+    chain: Option<(ExecGraph, Graph)>,
 }
 
 impl SafePath {
@@ -33,6 +37,7 @@ impl SafePath {
             fill: module.function("fill_u32")?,
             spin_fill: module.function("spin_then_fill_u32")?,
             stream: Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0)?,
+            chain: None,
         })
     }
 
@@ -106,13 +111,8 @@ impl Workloads for SafePath {
         PathId::Safe
     }
 
-    fn graph_chain(
-        &mut self,
-        mode: Mode,
-        k: u32,
-        shape: Shape,
-        counts: Counts,
-    ) -> Result<GraphRun> {
+    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape, launches: u32) -> Result<GraphRun> {
+        self.release_chain()?;
         let mut run = GraphRun::default();
         let graph = self.build(mode, k, shape)?;
         let exec = graph.instantiate(InstantiateFlags::NONE)?;
@@ -129,22 +129,37 @@ impl Workloads for SafePath {
         run.first_launch = t.elapsed();
 
         let t = Instant::now();
-        for _ in 0..counts.launches {
+        for _ in 0..launches {
             exec.launch(stream)?;
         }
         run.steady_enqueue = t.elapsed();
         stream.synchronize()?;
         run.steady = t.elapsed();
+        self.chain = Some((exec, graph));
+        Ok(run)
+    }
 
+    fn launch_sync(&mut self, iters: u32) -> Result<Duration> {
+        let Some((exec, _)) = &self.chain else {
+            return Err(BenchError(
+                "launch_sync: no chain (call graph_chain first)".into(),
+            ));
+        };
+        let stream = &self.stream;
         let t = Instant::now();
-        for _ in 0..counts.sync_iters {
+        for _ in 0..iters {
             exec.launch(stream)?;
             stream.synchronize()?;
         }
-        run.launch_sync = t.elapsed();
-        drop(exec);
-        drop(graph);
-        Ok(run)
+        Ok(t.elapsed())
+    }
+
+    fn release_chain(&mut self) -> Result<()> {
+        if self.chain.is_some() {
+            self.stream.synchronize()?;
+            self.chain = None;
+        }
+        Ok(())
     }
 
     fn build_instantiate(

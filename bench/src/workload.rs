@@ -166,8 +166,6 @@ pub struct GraphRun {
     pub steady_enqueue: Duration,
     /// `launches` launches and one synchronize.
     pub steady: Duration,
-    /// `sync_iters` times launch + synchronize.
-    pub launch_sync: Duration,
 }
 
 /// What one build + instantiate cycle measured.
@@ -194,10 +192,16 @@ pub trait Workloads {
     fn id(&self) -> PathId;
 
     /// A chain of `k` segments alloc → kernel → free, each after the previous free, built with
-    /// `mode`, instantiated, launched once, `counts.launches` times with one synchronize, and
-    /// `counts.sync_iters` times with a synchronize each.
-    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape, counts: Counts)
-    -> Result<GraphRun>;
+    /// `mode`, instantiated, launched once, then `launches` times with one synchronize. The
+    /// executable graph stays for [`launch_sync`](Workloads::launch_sync) until
+    /// [`release_chain`](Workloads::release_chain) or the next call.
+    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape, launches: u32) -> Result<GraphRun>;
+
+    /// `iters` times launch + synchronize of the chain the last `graph_chain` left.
+    fn launch_sync(&mut self, iters: u32) -> Result<Duration>;
+
+    /// Destroys the chain the last `graph_chain` left, if any, once its launches are done.
+    fn release_chain(&mut self) -> Result<()>;
 
     /// One build + instantiate cycle of the same chain: built with `mode`, instantiated, then
     /// destroyed without a launch. `checked` asks the safe path for its lifetime checks (on in
