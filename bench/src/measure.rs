@@ -176,6 +176,17 @@ fn median(values: &[f64]) -> f64 {
     Stats::of(values).map_or(0.0, |s| s.median)
 }
 
+/// The median over rounds of a path's time over C's in the same round.
+fn median_ratio(times: &[f64], c: &[f64]) -> f64 {
+    let ratios: Vec<f64> = times
+        .iter()
+        .zip(c)
+        .filter(|(_, c)| **c > 0.0)
+        .map(|(t, c)| t / c)
+        .collect();
+    median(&ratios)
+}
+
 /// The build + instantiate cycles of one workload: `rounds` rounds, each running every variant
 /// once in an order that rotates from round to round; each variant's median over the rounds
 /// becomes one sample.
@@ -236,16 +247,10 @@ fn cycles(
     for (v, variant) in variants.iter().enumerate() {
         let id = paths[variant.path].id();
         if let Some(c) = c.filter(|_| variant.checked) {
-            let paired: Vec<f64> = sum[v]
-                .iter()
-                .zip(&sum[c])
-                .filter(|(_, c)| **c > 0.0)
-                .map(|(t, c)| t / c)
-                .collect();
             samples
                 .entry((w, k, Metric::BuildInstantiateVsC, id))
                 .or_default()
-                .push(median(&paired));
+                .push(median_ratio(&sum[v], &sum[c]));
         }
         let mut put = |metric: Metric, values: &[f64]| {
             samples
@@ -310,16 +315,10 @@ fn launch_sync_rounds(
             .or_default()
             .push(per_iteration);
         if let Some(c) = c.filter(|&c| c != i) {
-            let paired: Vec<f64> = times[i]
-                .iter()
-                .zip(&times[c])
-                .filter(|(_, c)| **c > 0.0)
-                .map(|(t, c)| t / c)
-                .collect();
             samples
                 .entry((w, k, Metric::LaunchSyncVsC, id))
                 .or_default()
-                .push(median(&paired));
+                .push(median_ratio(&times[i], &times[c]));
         }
         debug_assert_eq!(counts[i], iters);
     }
