@@ -40,9 +40,8 @@ typedef struct gb_shape {
     unsigned int block;
 } gb_shape;
 
-/* One run of a graph workload (gb_graph_chain). */
+/* One steady launch measurement of the chain gb_graph_chain left (gb_steady). */
 typedef struct gb_graph_times {
-    uint64_t first_launch_ns;   /* the first cudaGraphLaunch + cudaStreamSynchronize */
     uint64_t steady_enqueue_ns; /* `launches` cudaGraphLaunch calls, before the synchronize */
     uint64_t steady_ns;         /* the same launches and one cudaStreamSynchronize */
 } gb_graph_times;
@@ -345,19 +344,19 @@ out:
 
 /*
  * The chain of build_chain, built and instantiated untimed (gb_build_instantiate times those),
- * launched once and synchronized, and launched `launches` times and synchronized once. The
- * executable graph stays in `ctx` for gb_launch_sync until gb_release_chain (or the next call).
+ * then launched once and synchronized (*first_launch_ns). The executable graph stays in `ctx`
+ * for gb_steady and gb_launch_sync until gb_release_chain (or the next call).
  */
 int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
-                   unsigned int launches, gb_graph_times *times, gb_error *err)
+                   uint64_t *first_launch_ns, gb_error *err)
 {
     int rc = -1;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     cudaStream_t stream = ctx->stream;
-    uint64_t t0, t1, t2;
+    uint64_t t0;
 
-    memset(times, 0, sizeof *times);
+    *first_launch_ns = 0;
     if (gb_release_chain(ctx, err) != 0) {
         return -1;
     }
@@ -369,18 +368,7 @@ int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *sha
     t0 = now_ns();
     CK(cudaGraphLaunch, (exec, stream));
     CK(cudaStreamSynchronize, (stream));
-    t1 = now_ns();
-    times->first_launch_ns = t1 - t0;
-
-    t0 = now_ns();
-    for (unsigned int i = 0; i < launches; i++) {
-        CK(cudaGraphLaunch, (exec, stream));
-    }
-    t1 = now_ns();
-    CK(cudaStreamSynchronize, (stream));
-    t2 = now_ns();
-    times->steady_enqueue_ns = t1 - t0;
-    times->steady_ns = t2 - t0;
+    *first_launch_ns = now_ns() - t0;
 
     ctx->chain_graph = graph;
     ctx->chain_exec = exec;
@@ -396,6 +384,30 @@ out:
         (void)cudaGraphDestroy(graph);
     }
     return rc;
+}
+
+/* `launches` times cudaGraphLaunch, then one cudaStreamSynchronize, of the chain gb_graph_chain
+ * left. */
+int gb_steady(gb_ctx *ctx, unsigned int launches, gb_graph_times *times, gb_error *err)
+{
+    uint64_t t0, t1;
+    memset(times, 0, sizeof *times);
+    if (ctx->chain_exec == NULL) {
+        fail(err, "gb_steady (no chain: call gb_graph_chain first)", cudaErrorInvalidValue,
+             __LINE__);
+        return -1;
+    }
+    t0 = now_ns();
+    for (unsigned int i = 0; i < launches; i++) {
+        CK(cudaGraphLaunch, (ctx->chain_exec, ctx->stream));
+    }
+    t1 = now_ns();
+    CK(cudaStreamSynchronize, (ctx->stream));
+    times->steady_ns = now_ns() - t0;
+    times->steady_enqueue_ns = t1 - t0;
+    return 0;
+out:
+    return -1;
 }
 
 /* `iters` times cudaGraphLaunch + cudaStreamSynchronize of the chain gb_graph_chain left. */

@@ -8,7 +8,7 @@
 
 use crate::footprint::Mem;
 use crate::workload::{
-    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads,
+    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
 };
 
 /// What `build.rs` did with the C file, in words.
@@ -85,7 +85,6 @@ mod imp {
     #[repr(C)]
     #[derive(Default)]
     struct GbGraphTimes {
-        first_launch_ns: u64,
         steady_enqueue_ns: u64,
         steady_ns: u64,
     }
@@ -128,6 +127,11 @@ mod imp {
             capture: c_int,
             k: c_uint,
             shape: *const GbShape,
+            first_launch_ns: *mut u64,
+            err: *mut GbError,
+        ) -> c_int;
+        fn gb_steady(
+            ctx: *mut GbCtx,
             launches: c_uint,
             times: *mut GbGraphTimes,
             err: *mut GbError,
@@ -338,26 +342,29 @@ mod imp {
             PathId::C
         }
 
-        fn graph_chain(
-            &mut self,
-            mode: Mode,
-            k: u32,
-            shape: Shape,
-            launches: u32,
-        ) -> Result<GraphRun> {
+        fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape) -> Result<GraphRun> {
             let shape = GbShape::from(shape);
-            let mut t = GbGraphTimes::default();
+            let mut first = 0;
             let capture = c_int::from(mode == Mode::Capture);
             let ctx = self.ctx;
             call(|err| {
                 // SAFETY: the context is open; the pointers are valid for the call.
-                unsafe { gb_graph_chain(ctx, capture, k, &shape, launches, &mut t, err) }
+                unsafe { gb_graph_chain(ctx, capture, k, &shape, &mut first, err) }
             })?;
             Ok(GraphRun {
                 check: None,
-                first_launch: ns(t.first_launch_ns),
-                steady_enqueue: ns(t.steady_enqueue_ns),
-                steady: ns(t.steady_ns),
+                first_launch: ns(first),
+            })
+        }
+
+        fn steady(&mut self, launches: u32) -> Result<SteadyRun> {
+            let mut t = GbGraphTimes::default();
+            let ctx = self.ctx;
+            // SAFETY: the context is open; the pointers are valid for the call.
+            call(|err| unsafe { gb_steady(ctx, launches, &mut t, err) })?;
+            Ok(SteadyRun {
+                enqueue: ns(t.steady_enqueue_ns),
+                total: ns(t.steady_ns),
             })
         }
 
@@ -465,13 +472,11 @@ mod imp {
             PathId::C
         }
 
-        fn graph_chain(
-            &mut self,
-            _mode: Mode,
-            _k: u32,
-            _shape: Shape,
-            _launches: u32,
-        ) -> Result<GraphRun> {
+        fn graph_chain(&mut self, _mode: Mode, _k: u32, _shape: Shape) -> Result<GraphRun> {
+            match self.never {}
+        }
+
+        fn steady(&mut self, _launches: u32) -> Result<SteadyRun> {
             match self.never {}
         }
 

@@ -275,14 +275,18 @@ fn run(options: &Options, device: &Device) -> Result<bool> {
             .unwrap_or_default()
     ));
     md.push_str(&format!(
-        "- Workload: chain of k segments alloc ({}) → fill_u32 ({} × {} threads) → free, each after the previous free; {} sync iterations; launches per steady measurement: {}\n",
+        "- Workload: chain of k segments alloc ({}) → fill_u32 ({} × {} threads) → free, each after the previous free; {} sync iterations; launches per steady measurement (× rounds per repetition): {}\n",
         Bytes(shape.bytes() as u64),
         shape.grid,
         shape.block,
         plan.counts.sync_iters,
         plan.ks
             .iter()
-            .map(|&k| format!("{} at k = {k}", plan.counts_for(k).launches))
+            .map(|&k| {
+                let launches = plan.counts_for(k).launches;
+                let rounds = plan.steady_rounds(k, launches);
+                format!("{launches} × {rounds} at k = {k}")
+            })
             .collect::<Vec<_>>()
             .join(", ")
     ));

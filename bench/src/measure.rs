@@ -17,7 +17,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::stats::Stats;
-use crate::workload::{Counts, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads};
+use crate::workload::{
+    Counts, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
+};
 
 /// Which workload a sample belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,6 +60,9 @@ pub enum Metric {
     FirstLaunch,
     /// Per launch, of `launches` launches and one synchronize.
     Steady,
+    /// Steady launch over C's in the same round: per repetition, the median over its rounds.
+    /// A factor.
+    SteadyVsC,
     /// Per launch, the host time of queueing `launches` launches.
     SteadyEnqueue,
     /// Per iteration of launch + synchronize.
@@ -77,6 +82,7 @@ impl Metric {
     pub fn paired(self) -> Option<Metric> {
         match self {
             Metric::BuildInstantiate => Some(Metric::BuildInstantiateVsC),
+            Metric::Steady => Some(Metric::SteadyVsC),
             Metric::LaunchSync => Some(Metric::LaunchSyncVsC),
             _ => None,
         }
@@ -85,6 +91,10 @@ impl Metric {
 
 /// Every sample, in nanoseconds, by workload, k, metric and path.
 pub type Samples = BTreeMap<(Workload, u32, Metric, PathId), Vec<f64>>;
+
+/// Segments launched in the steady rounds of one workload and repetition, at most (beyond the
+/// first round).
+const STEADY_SEGMENTS: u64 = 1_000_000;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -106,6 +116,14 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Steady launch rounds for chains of `k` segments launched `launches` times a round: up
+    /// to 5, as far as they launch at most a million segments a repetition (one round at
+    /// k = 1000, where a round of 1000 launches takes about a second).
+    pub fn steady_rounds(&self, k: u32, launches: u32) -> u32 {
+        let per_round = u64::from(k.max(1)) * u64::from(launches.max(1));
+        (STEADY_SEGMENTS / per_round).clamp(1, 5) as u32
+    }
+
     /// Build + instantiate rounds for chains of `k` segments: `cycles`, capped so that the rounds
     /// build about 20,000 segments per variant, and at least 3.
     pub fn cycle_rounds(&self, k: u32) -> u32 {
@@ -136,7 +154,7 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-fn record_graph(samples: &mut Samples, mode: Mode, k: u32, path: PathId, c: Counts, r: &GraphRun) {
+fn record_graph(samples: &mut Samples, mode: Mode, k: u32, path: PathId, r: &GraphRun) {
     let w = Workload::Graph(mode);
     let ns = |d: Duration| d.as_nanos() as f64;
     let mut put = |metric: Metric, value: f64| {
@@ -146,9 +164,6 @@ fn record_graph(samples: &mut Samples, mode: Mode, k: u32, path: PathId, c: Coun
         put(Metric::Check, ns(d));
     }
     put(Metric::FirstLaunch, ns(r.first_launch));
-    let launches = f64::from(c.launches.max(1));
-    put(Metric::Steady, ns(r.steady) / launches);
-    put(Metric::SteadyEnqueue, ns(r.steady_enqueue) / launches);
 }
 
 fn record_stream(samples: &mut Samples, k: u32, path: PathId, iters: u32, r: &StreamRun) {
@@ -269,59 +284,121 @@ fn cycles(
     Ok(())
 }
 
-/// Launch + synchronize of the chains `graph_chain` left, in rounds: each round runs every path's
-/// block of iterations back to back, in an order that rotates from round to round, so a round's
-/// paths see the same host; `iters` iterations per path in all. A path's sample is its time per
-/// iteration; its paired sample, the median over the rounds of its block's time over C's.
-fn launch_sync_rounds(
+/// Runs `rounds` rounds on the chains `graph_chain` left: each round runs `block` once for
+/// every path, back to back, in an order that rotates from round to round, so the paths of a
+/// round see the same host. `block` gets the path and the round and returns its figures; the
+/// result holds them by path, then round. `what` names the measurement in errors.
+fn in_rounds<T>(
     paths: &mut [&mut dyn Workloads],
-    mode: Mode,
-    k: u32,
-    iters: u32,
+    rounds: u32,
+    rotation: usize,
+    what: impl Fn(PathId) -> String,
+    mut block: impl FnMut(&mut dyn Workloads, u32) -> Result<T>,
+) -> Result<Vec<Vec<T>>> {
+    let n = paths.len();
+    let mut out: Vec<Vec<T>> = (0..n)
+        .map(|_| Vec::with_capacity(rounds as usize))
+        .collect();
+    for round in 0..rounds {
+        for i in rotated(n, rotation + round as usize) {
+            let id = paths[i].id();
+            out[i].push(block(&mut *paths[i], round).map_err(|e| e.context(what(id)))?);
+        }
+    }
+    Ok(out)
+}
+
+/// Records, for each path, the mean of its per-round figures under `metric` and, for all but C,
+/// the median over the rounds of its figure over C's under `vs_c`.
+fn record_rounds(
+    samples: &mut Samples,
+    key: (Workload, u32),
+    ids: &[PathId],
+    per_round: &[Vec<f64>],
+    metric: Metric,
+    vs_c: Option<Metric>,
+) {
+    let (w, k) = key;
+    let c = ids.iter().position(|&id| id == PathId::C);
+    for (i, &id) in ids.iter().enumerate() {
+        let values = &per_round[i];
+        let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
+        samples.entry((w, k, metric, id)).or_default().push(mean);
+        if let (Some(vs_c), Some(c)) = (vs_c, c.filter(|&c| c != i)) {
+            samples
+                .entry((w, k, vs_c, id))
+                .or_default()
+                .push(median_ratio(values, &per_round[c]));
+        }
+    }
+}
+
+/// Steady launch and launch + synchronize of the chains `graph_chain` left, in rounds
+/// ([`in_rounds`]): `steady_rounds` rounds of `launches` launches and one synchronize each, then
+/// 10 rounds (fewer when there are fewer iterations) that add up to `sync_iters` iterations of
+/// launch + synchronize. A path's samples are its means per launch or iteration, its paired
+/// samples the medians over the rounds of its time over C's.
+fn launch_rounds(
+    paths: &mut [&mut dyn Workloads],
+    (mode, k): (Mode, u32),
+    counts: Counts,
+    steady_rounds: u32,
     rotation: usize,
     samples: Option<&mut Samples>,
 ) -> Result<()> {
-    let iters = iters.max(1);
+    let what = |name: &'static str| {
+        move |id: PathId| format!("{} path, {}, k = {k}, {name}", id.name(), mode.name())
+    };
+    let launches = counts.launches.max(1);
+    let steady = in_rounds(
+        paths,
+        steady_rounds.max(1),
+        rotation,
+        what("steady launch"),
+        |p, _| p.steady(launches),
+    )?;
+    let iters = counts.sync_iters.max(1);
     let rounds = iters.min(LAUNCH_SYNC_ROUNDS);
-    let n = paths.len();
-    let mut times = vec![Vec::with_capacity(rounds as usize); n];
-    let mut counts = vec![0u32; n];
-    for round in 0..rounds {
-        // The first rounds take the remainder, so the blocks add up to `iters`.
-        let block = iters / rounds + u32::from(round < iters % rounds);
-        for i in rotated(n, rotation + round as usize) {
-            let t = paths[i].launch_sync(block).map_err(|e| {
-                e.context(format_args!(
-                    "{} path, {}, k = {k}, launch + sync",
-                    paths[i].id().name(),
-                    mode.name()
-                ))
-            })?;
-            times[i].push(t.as_nanos() as f64 / f64::from(block));
-            counts[i] += block;
-        }
-    }
+    // The first rounds take the remainder, so the blocks add up to `iters`.
+    let block = |round: u32| iters / rounds + u32::from(round < iters % rounds);
+    let synced = in_rounds(
+        paths,
+        rounds,
+        rotation,
+        what("launch + sync"),
+        |p, round| {
+            let n = block(round);
+            Ok(p.launch_sync(n)?.as_nanos() as f64 / f64::from(n))
+        },
+    )?;
     let Some(samples) = samples else {
         return Ok(());
     };
-    let w = Workload::Graph(mode);
-    let c = paths.iter().position(|p| p.id() == PathId::C);
-    for (i, path) in paths.iter().enumerate() {
-        let id = path.id();
-        let total: f64 = times[i].iter().sum::<f64>();
-        let per_iteration = total / f64::from(rounds);
-        samples
-            .entry((w, k, Metric::LaunchSync, id))
-            .or_default()
-            .push(per_iteration);
-        if let Some(c) = c.filter(|&c| c != i) {
-            samples
-                .entry((w, k, Metric::LaunchSyncVsC, id))
-                .or_default()
-                .push(median_ratio(&times[i], &times[c]));
-        }
-        debug_assert_eq!(counts[i], iters);
-    }
+    let ids: Vec<PathId> = paths.iter().map(|p| p.id()).collect();
+    let key = (Workload::Graph(mode), k);
+    let per_launch = |f: fn(&SteadyRun) -> Duration| -> Vec<Vec<f64>> {
+        steady
+            .iter()
+            .map(|runs| {
+                runs.iter()
+                    .map(|r| f(r).as_nanos() as f64 / f64::from(launches))
+                    .collect()
+            })
+            .collect()
+    };
+    let totals = per_launch(|r| r.total);
+    let enqueues = per_launch(|r| r.enqueue);
+    record_rounds(
+        samples,
+        key,
+        &ids,
+        &totals,
+        Metric::Steady,
+        Some(Metric::SteadyVsC),
+    );
+    record_rounds(samples, key, &ids, &enqueues, Metric::SteadyEnqueue, None);
+    let sync_vs_c = Some(Metric::LaunchSyncVsC);
+    record_rounds(samples, key, &ids, &synced, Metric::LaunchSync, sync_vs_c);
     Ok(())
 }
 
@@ -360,29 +437,32 @@ fn one_rep(
                 samples.as_deref_mut(),
             )?;
         }
+        let steady_rounds = if warm_up {
+            1
+        } else {
+            plan.steady_rounds(k, counts.launches)
+        };
         for (mi, &mode) in Mode::ALL.iter().enumerate() {
             for i in rotated(n, rep + ki + mi) {
                 let path = &mut paths[i];
                 let id = path.id();
-                let run = path
-                    .graph_chain(mode, k, plan.shape, counts.launches)
-                    .map_err(|e| {
-                        e.context(format_args!("{} path, {}, k = {k}", id.name(), mode.name()))
-                    })?;
+                let run = path.graph_chain(mode, k, plan.shape).map_err(|e| {
+                    e.context(format_args!("{} path, {}, k = {k}", id.name(), mode.name()))
+                })?;
                 if let Some(s) = samples.as_deref_mut() {
-                    record_graph(s, mode, k, id, counts, &run);
+                    record_graph(s, mode, k, id, &run);
                 }
             }
-            let synced = launch_sync_rounds(
+            let launched = launch_rounds(
                 paths,
-                mode,
-                k,
-                counts.sync_iters,
+                (mode, k),
+                counts,
+                steady_rounds,
                 rep + ki + mi,
                 samples.as_deref_mut(),
             );
             let released = paths.iter_mut().try_for_each(|p| p.release_chain());
-            synced?;
+            launched?;
             released?;
         }
         for i in rotated(n, rep + ki + 2) {
@@ -448,35 +528,48 @@ mod tests {
     use std::rc::Rc;
     use std::time::Duration;
 
-    use super::{Metric, Samples, Workload, launch_sync_rounds};
-    use crate::workload::{CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads};
+    use super::{Metric, Samples, Workload, launch_rounds};
+    use crate::workload::{
+        Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
+    };
 
-    /// A path whose launch + sync takes `ns` per iteration, times a host speed that changes
-    /// from one round of the three paths to the next, and ten times as long in the 7th call
-    /// (a hiccup of the host); `log` lists the calls.
+    /// A path whose launches take `ns` each, times a host speed that changes from one round of
+    /// the three paths to the next, and ten times as long in call `hiccup` (counted over all
+    /// paths and both measurements); `log` lists the calls: path, steady or not, count.
     struct Fake {
         id: PathId,
         ns: f64,
-        log: Rc<RefCell<Vec<(PathId, u32)>>>,
+        hiccup: usize,
+        log: Rc<RefCell<Vec<(PathId, bool, u32)>>>,
+    }
+
+    impl Fake {
+        fn time(&self, steady: bool, n: u32) -> Duration {
+            let mut log = self.log.borrow_mut();
+            let call = log.len();
+            log.push((self.id, steady, n));
+            let hiccup = if call == self.hiccup { 10.0 } else { 1.0 };
+            let speed = (1.0 + (call / 3) as f64 * 0.5) * hiccup;
+            Duration::from_nanos((self.ns * f64::from(n) * speed) as u64)
+        }
     }
 
     impl Workloads for Fake {
         fn id(&self) -> PathId {
             self.id
         }
-        fn graph_chain(&mut self, _: Mode, _: u32, _: Shape, _: u32) -> Result<GraphRun> {
+        fn graph_chain(&mut self, _: Mode, _: u32, _: Shape) -> Result<GraphRun> {
             unreachable!()
         }
+        fn steady(&mut self, launches: u32) -> Result<SteadyRun> {
+            let total = self.time(true, launches);
+            Ok(SteadyRun {
+                enqueue: total / 2,
+                total,
+            })
+        }
         fn launch_sync(&mut self, iters: u32) -> Result<Duration> {
-            let mut log = self.log.borrow_mut();
-            let call = log.len();
-            log.push((self.id, iters));
-            let round = call / 3;
-            let hiccup = if call == 6 { 10.0 } else { 1.0 };
-            let speed = (1.0 + round as f64 * 0.5) * hiccup;
-            Ok(Duration::from_nanos(
-                (self.ns * f64::from(iters) * speed) as u64,
-            ))
+            Ok(self.time(false, iters))
         }
         fn release_chain(&mut self) -> Result<()> {
             Ok(())
@@ -490,11 +583,14 @@ mod tests {
     }
 
     #[test]
-    fn launch_sync_pairs_each_round_with_c() {
+    fn launches_pair_each_round_with_c() {
         let log = Rc::new(RefCell::new(Vec::new()));
+        // Calls 0-8: 3 steady rounds; 9-38: 10 launch + sync rounds. Call 15 is the first of
+        // launch + sync round 2, the safe path's.
         let fake = |id, ns| Fake {
             id,
             ns,
+            hiccup: 15,
             log: log.clone(),
         };
         let (mut safe, mut raw, mut c) = (
@@ -504,30 +600,47 @@ mod tests {
         );
         let mut paths: [&mut dyn Workloads; 3] = [&mut safe, &mut raw, &mut c];
         let mut samples = Samples::new();
-        launch_sync_rounds(&mut paths, Mode::Explicit, 10, 25, 1, Some(&mut samples)).unwrap();
+        let counts = Counts {
+            launches: 100,
+            sync_iters: 25,
+        };
+        let key = (Mode::Explicit, 10);
+        launch_rounds(&mut paths, key, counts, 3, 1, Some(&mut samples)).unwrap();
 
         let log = log.borrow();
-        // 10 rounds of every path; the blocks add up to 25 iterations a path (3 + 3 + 3 + 3 + 3
-        // + 2 + 2 + 2 + 2 + 2), and the first path of a round rotates.
-        assert_eq!(log.len(), 30);
+        assert_eq!(log.len(), 39);
+        assert!(log[..9].iter().all(|&(_, steady, n)| steady && n == 100));
+        // 10 rounds of launch + sync; the blocks add up to 25 iterations a path (3 + 3 + 3 + 3
+        // + 3 + 2 + 2 + 2 + 2 + 2), and the first path of a round rotates.
         for id in PathId::ALL {
-            let total: u32 = log.iter().filter(|(p, _)| *p == id).map(|(_, n)| n).sum();
-            assert_eq!(total, 25, "{id:?}");
+            let mine = log[9..].iter().filter(|(p, steady, _)| *p == id && !steady);
+            assert_eq!(mine.map(|(_, _, n)| n).sum::<u32>(), 25, "{id:?}");
         }
-        let firsts: Vec<PathId> = log.chunks(3).map(|round| round[0].0).collect();
+        let firsts: Vec<PathId> = log[9..].chunks(3).map(|round| round[0].0).collect();
         assert_eq!(firsts[..3], [PathId::Raw, PathId::C, PathId::Safe]);
+        assert_eq!(log[15].0, PathId::Safe);
 
-        // The host's speed changes 5-fold over the rounds, and one block of the safe path (the
-        // 7th call: round 2 starts with it) took ten times as long; the paired ratio does not
-        // see either.
+        // The host's speed changes several-fold over the rounds and one block of the safe path
+        // took ten times as long; the paired ratios see neither.
         let w = Workload::Graph(Mode::Explicit);
-        let ratio = samples[&(w, 10, Metric::LaunchSyncVsC, PathId::Safe)][0];
-        assert!((ratio - 1.01).abs() < 1e-3, "{ratio}");
-        let ratio = samples[&(w, 10, Metric::LaunchSyncVsC, PathId::Raw)][0];
-        assert!((ratio - 0.99).abs() < 1e-3, "{ratio}");
+        let get = |m, p| samples[&(w, 10, m, p)][0];
+        for (m, p, want) in [
+            (Metric::SteadyVsC, PathId::Safe, 1.01),
+            (Metric::SteadyVsC, PathId::Raw, 0.99),
+            (Metric::LaunchSyncVsC, PathId::Safe, 1.01),
+            (Metric::LaunchSyncVsC, PathId::Raw, 0.99),
+        ] {
+            assert!(
+                (get(m, p) - want).abs() < 1e-3,
+                "{m:?} {p:?}: {}",
+                get(m, p)
+            );
+        }
         assert!(!samples.contains_key(&(w, 10, Metric::LaunchSyncVsC, PathId::C)));
-        // Per iteration: the mean over the rounds of the block's time per iteration.
-        let raw = samples[&(w, 10, Metric::LaunchSync, PathId::Raw)][0];
-        assert!((raw - 990.0 * 3.25).abs() < 1.0, "{raw}");
+        // Per launch or iteration: the mean over the rounds (speeds 1, 1.5, 2 for steady
+        // launch; 2.5 to 7 for launch + sync).
+        assert!((get(Metric::Steady, PathId::Safe) - 1010.0 * 1.5).abs() < 1.0);
+        assert!((get(Metric::SteadyEnqueue, PathId::Safe) - 505.0 * 1.5).abs() < 1.0);
+        assert!((get(Metric::LaunchSync, PathId::Raw) - 990.0 * 4.75).abs() < 1.0);
     }
 }

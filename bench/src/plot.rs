@@ -8,7 +8,6 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::measure::{Metric, Samples, Workload};
-use crate::report::paired_ratios;
 use crate::stats::Stats;
 use crate::workload::{BenchError, Mode, PathId, Result};
 
@@ -58,8 +57,8 @@ fn lines(samples: &Samples, ks: &[u32], metric: Metric, with_stream: bool) -> Ve
     out
 }
 
-/// Per repetition, `path`'s figure over C's, as the table pairs them (build + instantiate and
-/// launch + sync: per round), as lines for the safe and raw paths and both graph modes.
+/// `path`'s figure over C's, paired round by round as the table pairs them (a metric with a
+/// [`Metric::paired`] ratio), as lines for the safe and raw paths and both graph modes.
 fn ratio_lines(samples: &Samples, ks: &[u32], metric: Metric) -> Vec<Line> {
     let mut out = Vec::new();
     for mode in Mode::ALL {
@@ -68,14 +67,8 @@ fn ratio_lines(samples: &Samples, ks: &[u32], metric: Metric) -> Vec<Line> {
             let points: Vec<_> = ks
                 .iter()
                 .filter_map(|&k| {
-                    let s = if let Some(paired) = metric.paired() {
-                        Stats::of(samples.get(&(workload, k, paired, path))?)?
-                    } else {
-                        paired_ratios(
-                            samples.get(&(workload, k, metric, path)),
-                            samples.get(&(workload, k, metric, PathId::C)),
-                        )?
-                    };
+                    let paired = metric.paired()?;
+                    let s = Stats::of(samples.get(&(workload, k, paired, path))?)?;
                     Some((f64::from(k), s.median, s.min, s.max))
                 })
                 .collect();

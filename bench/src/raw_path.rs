@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use cuda_graph::sys;
 
 use crate::workload::{
-    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
+    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
+    driver,
 };
 
 /// The raw path's context, kernel and stream.
@@ -81,6 +82,17 @@ impl RawPath {
 
     /// Makes the primary context current (the C path's runtime calls leave it current too; this
     /// is a no-op then, but the raw path does not rely on it).
+    /// The executable chain `graph_chain` left, for `call`, with the context current.
+    fn kept(&self, call: &str) -> Result<sys::CUgraphExec> {
+        self.bind()?;
+        match &self.chain {
+            Some((exec, _)) => Ok(exec.0),
+            None => Err(BenchError(format!(
+                "{call}: no chain (call graph_chain first)"
+            ))),
+        }
+    }
+
     fn bind(&self) -> Result<()> {
         // SAFETY: the context is retained for as long as `self` lives.
         driver(
@@ -290,6 +302,21 @@ impl Drop for OwnedExec {
     }
 }
 
+/// `cuGraphLaunch`.
+fn launch(exec: sys::CUgraphExec, stream: sys::CUstream) -> Result<()> {
+    // SAFETY: the caller's handles are live.
+    driver(unsafe { sys::cuGraphLaunch(exec, stream) }, "cuGraphLaunch")
+}
+
+/// `cuStreamSynchronize`.
+fn synchronize(stream: sys::CUstream) -> Result<()> {
+    // SAFETY: the caller's stream is live.
+    driver(
+        unsafe { sys::cuStreamSynchronize(stream) },
+        "cuStreamSynchronize",
+    )
+}
+
 /// `cuGraphInstantiateWithFlags` with no flags.
 fn instantiate(graph: &OwnedGraph) -> Result<OwnedExec> {
     let mut exec = OwnedExec(null_mut());
@@ -318,64 +345,41 @@ impl Workloads for RawPath {
         PathId::Raw
     }
 
-    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape, launches: u32) -> Result<GraphRun> {
+    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape) -> Result<GraphRun> {
         self.release_chain()?;
-        let stream = self.stream;
-        let mut run = GraphRun::default();
         let graph = self.build(mode, k, shape)?;
         let exec = instantiate(&graph)?;
-
-        let launch = || {
-            driver(
-                // SAFETY: both handles are live.
-                unsafe { sys::cuGraphLaunch(exec.0, stream) },
-                "cuGraphLaunch",
-            )
-        };
-        let synchronize = || {
-            driver(
-                // SAFETY: the stream is live.
-                unsafe { sys::cuStreamSynchronize(stream) },
-                "cuStreamSynchronize",
-            )
-        };
-
         let t = Instant::now();
-        launch()?;
-        synchronize()?;
-        run.first_launch = t.elapsed();
-
-        let t = Instant::now();
-        for _ in 0..launches {
-            launch()?;
-        }
-        run.steady_enqueue = t.elapsed();
-        synchronize()?;
-        run.steady = t.elapsed();
+        launch(exec.0, self.stream)?;
+        synchronize(self.stream)?;
+        let run = GraphRun {
+            check: None,
+            first_launch: t.elapsed(),
+        };
         self.chain = Some((exec, graph));
         Ok(run)
     }
 
+    fn steady(&mut self, launches: u32) -> Result<SteadyRun> {
+        let (exec, stream) = (self.kept("steady")?, self.stream);
+        let t = Instant::now();
+        for _ in 0..launches {
+            launch(exec, stream)?;
+        }
+        let enqueue = t.elapsed();
+        synchronize(stream)?;
+        Ok(SteadyRun {
+            enqueue,
+            total: t.elapsed(),
+        })
+    }
+
     fn launch_sync(&mut self, iters: u32) -> Result<Duration> {
-        self.bind()?;
-        let stream = self.stream;
-        let Some((exec, _)) = &self.chain else {
-            return Err(BenchError(
-                "launch_sync: no chain (call graph_chain first)".into(),
-            ));
-        };
+        let (exec, stream) = (self.kept("launch_sync")?, self.stream);
         let t = Instant::now();
         for _ in 0..iters {
-            driver(
-                // SAFETY: both handles are live.
-                unsafe { sys::cuGraphLaunch(exec.0, stream) },
-                "cuGraphLaunch",
-            )?;
-            driver(
-                // SAFETY: the stream is live.
-                unsafe { sys::cuStreamSynchronize(stream) },
-                "cuStreamSynchronize",
-            )?;
+            launch(exec, stream)?;
+            synchronize(stream)?;
         }
         Ok(t.elapsed())
     }
@@ -383,11 +387,7 @@ impl Workloads for RawPath {
     fn release_chain(&mut self) -> Result<()> {
         self.bind()?;
         if self.chain.is_some() {
-            driver(
-                // SAFETY: the stream is live.
-                unsafe { sys::cuStreamSynchronize(self.stream) },
-                "cuStreamSynchronize",
-            )?;
+            synchronize(self.stream)?;
             self.chain = None;
         }
         Ok(())
@@ -459,11 +459,7 @@ impl Workloads for RawPath {
             }
         }
         let enqueue = t.elapsed();
-        driver(
-            // SAFETY: the stream is live.
-            unsafe { sys::cuStreamSynchronize(stream) },
-            "cuStreamSynchronize",
-        )?;
+        synchronize(stream)?;
         Ok(StreamRun {
             enqueue,
             total: t.elapsed(),

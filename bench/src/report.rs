@@ -149,16 +149,8 @@ pub fn rows(samples: &Samples, ks: &[u32], launches_for: impl Fn(u32) -> u32) ->
                     if path == PathId::C {
                         continue;
                     }
-                    paired[i] = metrics[i].and_then(|m| match m.paired() {
-                        // Paired round by round.
-                        Some(vs_c) => stats(w, k, vs_c, path),
-                        // Measured back to back within each repetition.
-                        None if m == Metric::Steady => paired_ratios(
-                            samples.get(&(w, k, m, path)),
-                            samples.get(&(w, k, m, PathId::C)),
-                        ),
-                        None => None,
-                    });
+                    // Paired round by round where measured so.
+                    paired[i] = metrics[i].and_then(|m| stats(w, k, m.paired()?, path));
                 }
                 rows.push(Row {
                     workload: w,
@@ -310,7 +302,7 @@ pub fn timing_table(rows: &[Row]) -> String {
     s.push_str(LEGEND);
     s.push('\n');
     s.push_str(
-        "Median [min–max] over the repetitions. Ratios with a target are paired (the host's speed drifts between repetitions by more than the differences measured): for build + instantiate and for launch + sync, each round runs every path back to back (launch + sync: 10 rounds of a tenth of the iterations) and a repetition contributes the median of each path's time over C's in the same round; for steady launch, the median over the repetitions of each path's figure over C's in the same repetition. Other ratios are of the medians. safe = cuda-graph, raw = cuda-graph-sys driver calls, C = runtime API (c/graph_bench.c).\n\n",
+        "Median [min–max] over the repetitions. Ratios with a target are paired (the host's speed drifts between repetitions by more than the differences measured): each round runs every path back to back, and a repetition contributes the median of each path's time over C's in the same round (build + instantiate: up to 100 cycles; steady launch: up to 5 rounds of N launches and a synchronize, 1 at k = 1000; launch + sync: 10 rounds of a tenth of the iterations). Other ratios are of the medians. safe = cuda-graph, raw = cuda-graph-sys driver calls, C = runtime API (c/graph_bench.c).\n\n",
     );
     s.push_str(
         "| workload | k | measurement | safe | raw | C | safe/C | raw/C | target (safe/C) |\n",
@@ -465,7 +457,7 @@ pub fn rows_csv(rows: &[Row]) -> String {
 
 /// Every sample as CSV.
 pub fn samples_csv(samples: &Samples) -> String {
-    // Nanoseconds, except for BuildInstantiateVsC and LaunchSyncVsC (factors).
+    // Nanoseconds, except for the *VsC metrics (factors).
     let mut s = String::from("workload,k,metric,path,rep,value\n");
     for ((w, k, m, p), values) in samples {
         for (rep, v) in values.iter().enumerate() {
@@ -560,6 +552,7 @@ mod tests {
                 "build_instantiate",
             ),
             (Metric::LaunchSync, Metric::LaunchSyncVsC, "launch_sync"),
+            (Metric::Steady, Metric::SteadyVsC, "steady_launch"),
         ] {
             // Medians of 120 and 100 (1.2, a miss), but round by round safe took 1.01 of C's
             // time (the median of the repetitions' ratios).

@@ -10,7 +10,8 @@ use cuda_graph::{
 };
 
 use crate::workload::{
-    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, StreamRun, Workloads, driver,
+    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
+    driver,
 };
 
 /// The safe path's device, kernels and stream.
@@ -39,6 +40,16 @@ impl SafePath {
             stream: Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0)?,
             chain: None,
         })
+    }
+
+    /// The executable chain `graph_chain` left, for `call`.
+    fn kept(&self, call: &str) -> Result<&ExecGraph> {
+        match &self.chain {
+            Some((exec, _)) => Ok(exec),
+            None => Err(BenchError(format!(
+                "{call}: no chain (call graph_chain first)"
+            ))),
+        }
     }
 
     fn build(&self, mode: Mode, k: u32, shape: Shape) -> Result<Graph> {
@@ -111,7 +122,7 @@ impl Workloads for SafePath {
         PathId::Safe
     }
 
-    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape, launches: u32) -> Result<GraphRun> {
+    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape) -> Result<GraphRun> {
         self.release_chain()?;
         let mut run = GraphRun::default();
         let graph = self.build(mode, k, shape)?;
@@ -127,24 +138,27 @@ impl Workloads for SafePath {
         exec.launch(stream)?;
         stream.synchronize()?;
         run.first_launch = t.elapsed();
-
-        let t = Instant::now();
-        for _ in 0..launches {
-            exec.launch(stream)?;
-        }
-        run.steady_enqueue = t.elapsed();
-        stream.synchronize()?;
-        run.steady = t.elapsed();
         self.chain = Some((exec, graph));
         Ok(run)
     }
 
+    fn steady(&mut self, launches: u32) -> Result<SteadyRun> {
+        let exec = self.kept("steady")?;
+        let stream = &self.stream;
+        let t = Instant::now();
+        for _ in 0..launches {
+            exec.launch(stream)?;
+        }
+        let enqueue = t.elapsed();
+        stream.synchronize()?;
+        Ok(SteadyRun {
+            enqueue,
+            total: t.elapsed(),
+        })
+    }
+
     fn launch_sync(&mut self, iters: u32) -> Result<Duration> {
-        let Some((exec, _)) = &self.chain else {
-            return Err(BenchError(
-                "launch_sync: no chain (call graph_chain first)".into(),
-            ));
-        };
+        let exec = self.kept("launch_sync")?;
         let stream = &self.stream;
         let t = Instant::now();
         for _ in 0..iters {

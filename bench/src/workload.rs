@@ -154,18 +154,23 @@ pub struct Counts {
     pub sync_iters: u32,
 }
 
-/// What one run of a graph workload measured (totals, not per launch). Its build and
-/// instantiation are not timed here: [`Workloads::build_instantiate`] times them, many times.
+/// What [`Workloads::graph_chain`] measured. The build and instantiation are not timed there:
+/// [`Workloads::build_instantiate`] times them, many times.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GraphRun {
     /// The safe path only: `Graph::check` alone (the checks' share of the instantiation).
     pub check: Option<Duration>,
     /// The first launch and a synchronize.
     pub first_launch: Duration,
+}
+
+/// One steady launch measurement ([`Workloads::steady`]), totals.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SteadyRun {
     /// `launches` launches, before the synchronize.
-    pub steady_enqueue: Duration,
+    pub enqueue: Duration,
     /// `launches` launches and one synchronize.
-    pub steady: Duration,
+    pub total: Duration,
 }
 
 /// What one build + instantiate cycle measured.
@@ -192,10 +197,13 @@ pub trait Workloads {
     fn id(&self) -> PathId;
 
     /// A chain of `k` segments alloc → kernel → free, each after the previous free, built with
-    /// `mode`, instantiated, launched once, then `launches` times with one synchronize. The
-    /// executable graph stays for [`launch_sync`](Workloads::launch_sync) until
+    /// `mode`, instantiated and launched once. The executable graph stays for
+    /// [`steady`](Workloads::steady) and [`launch_sync`](Workloads::launch_sync) until
     /// [`release_chain`](Workloads::release_chain) or the next call.
-    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape, launches: u32) -> Result<GraphRun>;
+    fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape) -> Result<GraphRun>;
+
+    /// `launches` launches of the chain the last `graph_chain` left, then one synchronize.
+    fn steady(&mut self, launches: u32) -> Result<SteadyRun>;
 
     /// `iters` times launch + synchronize of the chain the last `graph_chain` left.
     fn launch_sync(&mut self, iters: u32) -> Result<Duration>;
