@@ -386,15 +386,23 @@ out:
     return rc;
 }
 
+/* Whether gb_graph_chain left no chain; if so, records `call` as the error. */
+static int no_chain(const gb_ctx *ctx, const char *call, gb_error *err)
+{
+    if (ctx->chain_exec != NULL) {
+        return 0;
+    }
+    fail(err, call, cudaErrorInvalidValue, __LINE__);
+    return 1;
+}
+
 /* `launches` times cudaGraphLaunch, then one cudaStreamSynchronize, of the chain gb_graph_chain
  * left. */
 int gb_steady(gb_ctx *ctx, unsigned int launches, gb_graph_times *times, gb_error *err)
 {
     uint64_t t0, t1;
     memset(times, 0, sizeof *times);
-    if (ctx->chain_exec == NULL) {
-        fail(err, "gb_steady (no chain: call gb_graph_chain first)", cudaErrorInvalidValue,
-             __LINE__);
+    if (no_chain(ctx, "gb_steady (no chain: call gb_graph_chain first)", err)) {
         return -1;
     }
     t0 = now_ns();
@@ -415,9 +423,7 @@ int gb_launch_sync(gb_ctx *ctx, unsigned int iters, uint64_t *ns, gb_error *err)
 {
     uint64_t t0;
     *ns = 0;
-    if (ctx->chain_exec == NULL) {
-        fail(err, "gb_launch_sync (no chain: call gb_graph_chain first)", cudaErrorInvalidValue,
-             __LINE__);
+    if (no_chain(ctx, "gb_launch_sync (no chain: call gb_graph_chain first)", err)) {
         return -1;
     }
     t0 = now_ns();
