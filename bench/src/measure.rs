@@ -309,14 +309,13 @@ fn in_rounds<T>(
 }
 
 /// Records, for each path, the mean of its per-round figures under `metric` and, for all but C,
-/// the median over the rounds of its figure over C's under `vs_c`.
+/// the median over the rounds of its figure over C's under `metric`'s paired ratio, if any.
 fn record_rounds(
     samples: &mut Samples,
     key: (Workload, u32),
     ids: &[PathId],
     per_round: &[Vec<f64>],
     metric: Metric,
-    vs_c: Option<Metric>,
 ) {
     let (w, k) = key;
     let c = ids.iter().position(|&id| id == PathId::C);
@@ -324,7 +323,7 @@ fn record_rounds(
         let values = &per_round[i];
         let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
         samples.entry((w, k, metric, id)).or_default().push(mean);
-        if let (Some(vs_c), Some(c)) = (vs_c, c.filter(|&c| c != i)) {
+        if let (Some(vs_c), Some(c)) = (metric.paired(), c.filter(|&c| c != i)) {
             samples
                 .entry((w, k, vs_c, id))
                 .or_default()
@@ -388,17 +387,9 @@ fn launch_rounds(
     };
     let totals = per_launch(|r| r.total);
     let enqueues = per_launch(|r| r.enqueue);
-    record_rounds(
-        samples,
-        key,
-        &ids,
-        &totals,
-        Metric::Steady,
-        Some(Metric::SteadyVsC),
-    );
-    record_rounds(samples, key, &ids, &enqueues, Metric::SteadyEnqueue, None);
-    let sync_vs_c = Some(Metric::LaunchSyncVsC);
-    record_rounds(samples, key, &ids, &synced, Metric::LaunchSync, sync_vs_c);
+    record_rounds(samples, key, &ids, &totals, Metric::Steady);
+    record_rounds(samples, key, &ids, &enqueues, Metric::SteadyEnqueue);
+    record_rounds(samples, key, &ids, &synced, Metric::LaunchSync);
     Ok(())
 }
 
