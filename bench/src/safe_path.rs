@@ -5,13 +5,12 @@ use std::time::Instant;
 use std::time::Duration;
 
 use cuda_graph::{
-    AllocParams, AsStream, CaptureMode, DeviceAddress, ExecGraph, Function, Graph,
-    InstantiateFlags, KernelArgs, LaunchConfig, Module, Node, Stream, StreamFlags, capture, sys,
+    AllocParams, AsStream, CaptureMode, ExecGraph, Function, Graph, InstantiateFlags, KernelArgs,
+    LaunchConfig, Module, Node, Stream, StreamAllocation, StreamFlags, capture,
 };
 
 use crate::workload::{
     BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
-    driver,
 };
 
 /// The safe path's device, kernels and stream.
@@ -96,24 +95,6 @@ pub fn launch_config(shape: Shape) -> LaunchConfig {
         grid: (shape.grid, 1, 1),
         block: (shape.block, 1, 1),
         shared_mem_bytes: 0,
-    }
-}
-
-/// A stream-ordered allocation made with raw `cuMemAllocAsync`: the safe API has no
-/// stream-ordered allocation outside a capture, so the workload without graphs makes its own
-/// and hands the address to the safe launch through [`DeviceAddress`].
-#[derive(Debug)]
-struct StreamOrdered {
-    ptr: sys::CUdeviceptr,
-    bytes: usize,
-}
-
-impl DeviceAddress for StreamOrdered {
-    fn device_ptr(&self) -> sys::CUdeviceptr {
-        self.ptr
-    }
-    fn byte_len(&self) -> usize {
-        self.bytes
     }
 }
 
@@ -206,26 +187,15 @@ impl Workloads for SafePath {
         let config = launch_config(shape);
         let n = shape.elements;
         let bytes = shape.bytes();
-        let raw_stream = self.stream.as_raw();
         let t = Instant::now();
         for _ in 0..iters {
             for i in 0..k {
-                let mut ptr = 0;
-                driver(
-                    // SAFETY: `ptr` is a valid out-pointer; the stream is live.
-                    unsafe { sys::cuMemAllocAsync(&mut ptr, bytes, raw_stream) },
-                    "cuMemAllocAsync",
-                )?;
-                let buf = StreamOrdered { ptr, bytes };
+                let buf = StreamAllocation::new(&self.stream, bytes)?;
                 let args = KernelArgs::new().ptr(&buf).value(n).value(i);
                 // SAFETY: fill_u32 takes (unsigned* p, unsigned long long n, unsigned v); the
                 // allocation holds n values and is freed after the kernel in stream order.
                 unsafe { self.fill.launch(&self.stream, config, &args)? };
-                driver(
-                    // SAFETY: `ptr` came from cuMemAllocAsync and is freed once, in stream order.
-                    unsafe { sys::cuMemFreeAsync(ptr, raw_stream) },
-                    "cuMemFreeAsync",
-                )?;
+                buf.free_async()?;
             }
         }
         let enqueue = t.elapsed();

@@ -5,21 +5,33 @@
 //! guide's G.3.3) stays live after the launch, and is an owned value: free it with
 //! [`GraphAllocation::free_async`], with a free node in another graph, or by relaunching a graph
 //! instantiated with AutoFreeOnLaunch. If nobody does, it is freed when the last handle that can
-//! reach it drops (its own handles, the graph, the executable graph), on a private stream that
-//! first waits for the last launch that allocated it and for every later stream launch that used
-//! it; never while that work may still run, and never by a host synchronization that could
-//! disturb a capture in progress.
+//! reach it drops (its own handles, the graph, the executable graphs, whose hold the driver
+//! keeps until their launches are done), on a private stream that first waits for the launch
+//! that allocated it and for every later use; never while that work may still run, and never
+//! while a capture forbids it.
+//!
+//! # Order across streams
+//!
+//! Uses outside the owning graph are ordered by the crate, per real stream (see
+//! [`crate::uses`]): stream work and graph launches that use a live allocation first wait for
+//! the launch that allocated it when that ran on another stream; every free (`free_async`,
+//! a free node of another graph, an AutoFreeOnLaunch relaunch, the RAII free) first waits for
+//! every use the crate recorded. The state is locked across each of these operations, so a
+//! free cannot slip between a use's check and its launch.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::{Event, EventFlags};
-use crate::memory::DeviceAddress;
+use crate::graph::Keep;
+use crate::memory::{DeviceAddress, Owner, sealed};
 use crate::stream::{AsStream, CaptureStatus};
 use crate::sys;
+use crate::uses::{StreamUses, wait};
 
 /// Access a peer device gets to an allocation (`CUmemAccess_flags`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -94,15 +106,16 @@ impl AllocParams {
     }
 }
 
-/// Refuses sizes no allocation can have: 0 bytes, or more than the device's memory (CUDA would
-/// accept the node and fail at upload or launch, keeping nearly the whole device reserved for
-/// graphs until the process exits).
+/// Refuses sizes no allocation can have: 0 bytes, or the device's whole memory or more (CUDA
+/// would accept the node and fail at upload or launch with `CUDA_ERROR_OUT_OF_MEMORY`). Sums
+/// across allocations and graphs are not checked: what fits depends on what else is allocated
+/// when a graph launches.
 pub(crate) fn check_size(call: &'static str, device: &Device, bytes: usize) -> Result<()> {
     if bytes == 0 {
         return Err(Error::invalid(call, "an allocation of 0 bytes"));
     }
     let memory = device.memory_bytes()?;
-    if bytes > memory {
+    if bytes >= memory {
         return Err(Error::invalid(
             call,
             format!(
@@ -149,10 +162,13 @@ struct AllocInner {
 
 /// Run-time state: whether a launch made the allocation live, and what work may still use it.
 #[derive(Default)]
-struct LiveState {
+pub(crate) struct LiveState {
     live: bool,
-    /// Events recorded after the launch that allocated it and after stream work that used it.
-    pending: Vec<(sys::CUstream, Event)>,
+    /// Recorded after the launch that allocated it, on the stream of that id: the allocation's
+    /// own event, re-recorded by each allocating launch.
+    allocated: Option<(u64, Event)>,
+    /// The last use on each other stream.
+    uses: StreamUses,
 }
 
 // SAFETY: the address is a plain integer; the state is behind a mutex; the events and streams
@@ -278,9 +294,16 @@ impl GraphAllocation {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Frees the allocation on `stream` after the work queued there (`cuMemFreeAsync`), as
-    /// G.3.3 does. It must be live (allocated by a launch, not yet freed); the caller orders
-    /// the free after every use on other streams (events), as CUDA requires.
+    /// Locks the run-time state (for a launch that uses several allocations: lock them in
+    /// [`id`](GraphAllocation::id) order).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, LiveState> {
+        self.state()
+    }
+
+    /// Frees the allocation on `stream` (`cuMemFreeAsync`), as G.3.3 does, after the work
+    /// queued there and after every other use the crate knows of: the launch that allocated
+    /// it and later uses on other streams (the stream waits for their events). It must be live
+    /// (allocated by a launch, not yet freed).
     pub fn free_async(&self, stream: &impl AsStream) -> Result<()> {
         if stream.capture_status()? != CaptureStatus::None {
             return Err(Error::invalid(
@@ -298,76 +321,133 @@ impl GraphAllocation {
             ));
         }
         stream.device().bind()?;
+        let id = stream.stream_id()?;
+        state.order_free(stream.as_raw_stream(), id)?;
         check(
-            // SAFETY: the address is a live graph allocation (checked above) on the stream's device.
+            // SAFETY: the address is a live graph allocation (checked above) on the stream's
+            // device; every known use is ordered before this point of the stream.
             unsafe { sys::cuMemFreeAsync(self.inner.ptr, stream.as_raw_stream()) },
             "cuMemFreeAsync",
         )?;
-        state.live = false;
-        state.pending.clear();
+        state.forget();
         Ok(())
     }
 
-    /// A launch allocated it; `event` completes after that launch.
-    pub(crate) fn mark_allocated(&self, stream: sys::CUstream, event: &Event) {
-        let mut state = self.state();
-        state.live = true;
-        state.pending.clear();
-        state.pending.push((stream, event.clone()));
-    }
-
-    /// A launch of a graph that uses it (without owning or freeing it) was queued on `stream`;
-    /// `event` completes after that launch. The RAII free must wait for it.
-    pub(crate) fn note_launch_use(&self, stream: sys::CUstream, event: &Event) {
-        let mut state = self.state();
+    /// Stream work that uses it is about to be queued on `stream` (outside a capture): refuses
+    /// an allocation that is not live, and orders the stream after the launch that allocated
+    /// it. Call [`LiveState::used_on`] after queuing the work, under the same lock.
+    pub(crate) fn before_stream_use(
+        &self,
+        state: &LiveState,
+        stream: &impl AsStream,
+        id: u64,
+    ) -> Result<()> {
         if !state.live {
-            return;
+            return Err(Error::invalid(
+                "cuLaunchKernel",
+                format!(
+                    "the arguments use {self}, which is not live (not yet allocated by a launch of its graph, or already freed)"
+                ),
+            ));
         }
-        state.pending.retain(|(s, _)| *s != stream);
-        state.pending.push((stream, event.clone()));
+        state.order_use(stream.as_raw_stream(), id)
     }
 
-    /// A launch of a graph with a free node for it (or a captured free) freed it.
-    pub(crate) fn mark_freed(&self) {
-        let mut state = self.state();
-        state.live = false;
-        state.pending.clear();
+    /// A value that keeps the allocation's handle state alive (for graphs that refer to it).
+    pub(crate) fn keep(&self) -> Keep {
+        self.inner.clone() as Keep
+    }
+}
+
+impl LiveState {
+    /// Whether a launch allocated it and nothing freed it since.
+    pub(crate) fn is_live(&self) -> bool {
+        self.live
     }
 
-    /// Stream work that uses it was queued on `stream`: the RAII free must wait for it.
-    pub(crate) fn note_stream_use(&self, stream: &impl AsStream) -> Result<()> {
-        let mut state = self.state();
-        if !state.live || stream.capture_status()? != CaptureStatus::None {
-            return Ok(());
+    /// Makes `stream` (id `id`) wait for the launch that allocated it, when that ran elsewhere.
+    pub(crate) fn order_use(&self, stream: sys::CUstream, id: u64) -> Result<()> {
+        match &self.allocated {
+            Some((s, event)) if *s != id => wait(stream, event),
+            _ => Ok(()),
         }
-        let raw = stream.as_raw_stream();
-        if let Some((_, event)) = state.pending.iter().find(|(s, _)| *s == raw) {
-            return event.record(stream);
-        }
-        let event = Event::with_flags(stream.device(), EventFlags::DISABLE_TIMING)?;
-        event.record(stream)?;
-        state.pending.push((raw, event));
-        Ok(())
+    }
+
+    /// Makes `stream` (id `id`) wait for every known use before it frees the allocation (or a
+    /// relaunch with AutoFreeOnLaunch frees the previous one).
+    pub(crate) fn order_free(&self, stream: sys::CUstream, id: u64) -> Result<()> {
+        self.order_use(stream, id)?;
+        self.uses.wait_on(stream, Some(id))
+    }
+
+    /// Work using it was queued on `stream`.
+    pub(crate) fn used_on(
+        &mut self,
+        device: &Device,
+        stream: &impl AsStream,
+        id: u64,
+    ) -> Result<()> {
+        self.uses.note(device, stream, id)
+    }
+
+    /// A launch on `stream` (id `id`) allocated it.
+    pub(crate) fn allocated_on(
+        &mut self,
+        device: &Device,
+        stream: &impl AsStream,
+        id: u64,
+    ) -> Result<()> {
+        self.live = true;
+        self.uses.clear();
+        let event = match self.allocated.take() {
+            Some((_, event)) => event,
+            None => Event::with_flags(device, EventFlags::DISABLE_TIMING)?,
+        };
+        let recorded = event.record(stream);
+        self.allocated = Some((id, event));
+        recorded
+    }
+
+    /// It was freed (by a launch, a captured free, or `free_async`).
+    pub(crate) fn forget(&mut self) {
+        self.live = false;
+        self.uses.clear();
     }
 }
 
 impl Drop for AllocInner {
     fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let state = std::mem::take(self.state.get_mut().unwrap_or_else(|e| e.into_inner()));
         if !state.live {
             return;
         }
-        // Nobody freed it: free it on the device's private stream, after every launch and
-        // stream use we know of. Errors cannot be returned from drop; the device may be gone.
-        let Ok(reaper) = self.device.reaper_stream() else {
-            return;
-        };
-        for (_, event) in &state.pending {
-            // SAFETY: both handles are live; the event was recorded outside any capture.
-            let _ = unsafe { sys::cuStreamWaitEvent(reaper, event.as_raw(), 0) };
-        }
-        // SAFETY: the address is a live graph allocation; the reaper stream is never captured.
-        let _ = unsafe { sys::cuMemFreeAsync(self.ptr, reaper) };
+        // Nobody freed it: free it on the device's private stream, after the launch that
+        // allocated it and every use since; put off while a capture forbids it.
+        let (ptr, device) = (self.ptr, self.device.clone());
+        deferred::release(move || {
+            let result = device.reaper_stream().and_then(|reaper| {
+                if let Some((_, event)) = &state.allocated {
+                    wait(reaper, event)?;
+                }
+                state.uses.wait_on(reaper, None)?;
+                // SAFETY: the address is a live graph allocation, freed once, after every
+                // known use; the reaper stream never captures.
+                check(
+                    unsafe { sys::cuMemFreeAsync(ptr, reaper) },
+                    "cuMemFreeAsync",
+                )
+            });
+            if let Err(e) = result {
+                device.record_drop_error(e);
+            }
+            true
+        });
+    }
+}
+
+impl sealed::Sealed for GraphAllocation {
+    fn owner(&self) -> Owner<'_> {
+        Owner::Graph(self)
     }
 }
 
@@ -377,9 +457,6 @@ impl DeviceAddress for GraphAllocation {
     }
     fn byte_len(&self) -> usize {
         self.inner.bytes
-    }
-    fn graph_allocation(&self) -> Option<&GraphAllocation> {
-        Some(self)
     }
 }
 

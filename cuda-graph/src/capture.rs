@@ -7,11 +7,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::alloc::GraphAllocation;
+use crate::deferred::{self, Restricts};
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::{Error, Result, check};
 use crate::event::{Event, EventFlags};
 use crate::few::Few;
-use crate::graph::{Graph, MemOp, NodeKind, next_graph_id};
+use crate::graph::{Graph, Keep, MemOp, NodeKind, next_graph_id};
 use crate::idmap::IdMap;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pool::MemPool;
@@ -43,9 +44,20 @@ impl CaptureMode {
 /// A capture in progress on a stream. [`end`](Capture::end) returns the graph; dropping the
 /// guard instead (an early `?`, a panic) ends the capture and discards the graph, so the stream
 /// is never left capturing.
+///
+/// While it is open, the crate puts off releases that the capture forbids (in `Global` mode on
+/// every thread, in `ThreadLocal` mode on this one: see [`flush_deferred`](crate::flush_deferred)).
+/// A guard that is forgotten (`std::mem::forget`) leaves the stream capturing and those releases
+/// put off; dropping the stream then ends the capture and records
+/// [`Error::CaptureLeftOpen`] in [`Device::drop_errors`](crate::Device::drop_errors).
+#[must_use = "dropping the guard ends the capture and discards the graph; call `end`"]
 pub struct Capture<'s, S: AsStream> {
     stream: &'s S,
     id: u64,
+    /// The driver's id of this capture: streams forked into it report the same.
+    capture_id: u64,
+    /// What the captured nodes refer to, kept alive with the graph.
+    keep: RefCell<Vec<Keep>>,
     /// The nodes this guard's calls captured, as the stream's capture reported them: reading
     /// the graph back needs no driver call for them.
     captured: RefCell<Vec<(sys::CUgraphNode, Captured)>>,
@@ -73,8 +85,34 @@ impl<'s, S: AsStream> Capture<'s, S> {
             unsafe { sys::cuStreamBeginCapture(stream.as_raw_stream(), mode.raw()) },
             "cuStreamBeginCapture",
         )?;
+        let capture_id = match capture_id(stream.as_raw_stream()) {
+            Ok(Some(id)) => id,
+            other => {
+                let mut graph = std::ptr::null_mut();
+                // SAFETY: ends the capture just begun; its graph, if any, is ours to destroy.
+                unsafe {
+                    let _ = sys::cuStreamEndCapture(stream.as_raw_stream(), &mut graph);
+                    if !graph.is_null() {
+                        let _ = sys::cuGraphDestroy(graph);
+                    }
+                }
+                other?;
+                return Err(Error::invalid(
+                    "cuStreamBeginCapture",
+                    "the stream does not report the capture just begun",
+                ));
+            }
+        };
+        let restricts = match mode {
+            CaptureMode::Global => Restricts::AllThreads,
+            CaptureMode::ThreadLocal => Restricts::Thread(std::thread::current().id()),
+            CaptureMode::Relaxed => Restricts::Nothing,
+        };
+        deferred::capture_began(stream.as_raw_stream() as usize, capture_id, restricts);
         Ok(Capture {
             stream,
+            capture_id,
+            keep: RefCell::new(Vec::new()),
             id: next_graph_id(),
             captured: RefCell::new(Vec::new()),
             unmatched_allocations: RefCell::new(Vec::new()),
@@ -128,6 +166,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         let mut ptr = 0;
         check(f(&mut ptr), call)?;
         let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
+        self.keep.borrow_mut().push(allocation.keep());
         match last_captured_node(self.stream)? {
             Some(node) => self
                 .captured
@@ -144,6 +183,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// `cuMemFreeAsync` on the capturing stream: becomes a free node, ordered after the captured
     /// work before it. `allocation` may come from this capture or from another graph (G.3.3).
     pub fn free_async(&self, allocation: &GraphAllocation) -> Result<()> {
+        self.keep.borrow_mut().push(allocation.keep());
         check(
             // SAFETY: the stream is capturing; the driver validates the address.
             unsafe { sys::cuMemFreeAsync(allocation.ptr(), self.stream.as_raw_stream()) },
@@ -171,16 +211,19 @@ impl<'s, S: AsStream> Capture<'s, S> {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
-        // SAFETY: the caller upholds the launch contract.
-        unsafe { self.launch_on(self.stream, function, config, args) }
+        // SAFETY: the caller upholds the launch contract; the capturing stream is a member.
+        unsafe { self.launch_captured(self.stream, function, config, args) }
     }
 
     /// Launches a kernel on `stream`, another stream that joined the capture through
-    /// [`fork`](Capture::fork).
+    /// [`fork`](Capture::fork). Refused, with nothing launched, when `stream` is not capturing
+    /// into this capture: the kernel would run now, on addresses that exist only in the graph.
     ///
     /// # Safety
     ///
-    /// As [`Function::launch`].
+    /// As [`Function::launch`]: `args` matches the kernel's parameters, and every address
+    /// passed as a plain value is valid whenever the captured graph's node runs (memory passed
+    /// with [`KernelArgs::ptr`] is kept alive by the graph).
     pub unsafe fn launch_on(
         &self,
         stream: &impl AsStream,
@@ -188,10 +231,34 @@ impl<'s, S: AsStream> Capture<'s, S> {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
-        // SAFETY: the caller upholds the launch contract.
-        unsafe { function.launch(stream, config, args) }?;
+        self.check_member("Capture::launch_on", stream)?;
+        // SAFETY: the caller upholds the launch contract; the stream is a member (checked).
+        unsafe { self.launch_captured(stream, function, config, args) }
+    }
+
+    /// Captures a launch on `stream` and records it.
+    ///
+    /// # Safety
+    ///
+    /// As [`launch_on`](Capture::launch_on), and `stream` captures into this capture.
+    unsafe fn launch_captured(
+        &self,
+        stream: &impl AsStream,
+        function: &Function,
+        config: LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
+        function.device().bind()?;
+        // SAFETY: the caller upholds the launch contract; the stream captures, so the launch
+        // becomes a node that the graph orders and keeps alive.
+        unsafe { function.launch_raw(stream, config, args) }?;
+        {
+            let mut keep = self.keep.borrow_mut();
+            keep.push(function.keep());
+            keep.extend(args.keeps());
+        }
         if let Some(node) = last_captured_node(stream)? {
-            let uses = args.uses().iter().cloned().collect();
+            let uses = args.graph_allocations().cloned().collect();
             self.captured
                 .borrow_mut()
                 .push((node, Captured::Kernel(function.shared_name(), uses)));
@@ -209,8 +276,21 @@ impl<'s, S: AsStream> Capture<'s, S> {
         Ok(())
     }
 
-    /// Joins `other` back: the capturing stream waits for an event recorded on `other`.
+    /// Refuses `stream` unless it captures into this capture.
+    fn check_member(&self, call: &'static str, stream: &impl AsStream) -> Result<()> {
+        if capture_id(stream.as_raw_stream())? == Some(self.capture_id) {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            call,
+            "the stream is not capturing into this capture; fork it from the capturing stream first (Capture::fork)",
+        ))
+    }
+
+    /// Joins `other` back: the capturing stream waits for an event recorded on `other`, which
+    /// must capture into this capture.
     pub fn join(&self, other: &impl AsStream) -> Result<()> {
+        self.check_member("Capture::join", other)?;
         let event = Event::with_flags(self.device(), EventFlags::DISABLE_TIMING)?;
         event.record(other)?;
         self.stream.wait_event(&event)?;
@@ -224,7 +304,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun by this guard); `raw` is a valid out-pointer.
         let status = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
-        self.device().flush_deferred_frees(None);
+        deferred::capture_ended(self.capture_id);
         if status != sys::CUresult::CUDA_SUCCESS {
             if !raw.is_null() {
                 // SAFETY: a graph returned despite the error is ours to destroy.
@@ -233,7 +313,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
             check(status, "cuStreamEndCapture")?;
         }
         // SAFETY: `raw` is the captured graph, owned by nobody else.
-        unsafe {
+        let graph = unsafe {
             read_graph(
                 raw,
                 self.stream.device(),
@@ -242,7 +322,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
                 &self.unmatched_allocations.borrow(),
                 &self.unmatched_frees.borrow(),
             )
-        }
+        }?;
+        graph.keep.extend(self.keep.take());
+        Ok(graph)
     }
 }
 
@@ -254,7 +336,7 @@ impl<S: AsStream> Drop for Capture<'_, S> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: ends the capture this guard began; the graph, if any, is discarded.
         let _ = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
-        self.stream.device().flush_deferred_frees(None);
+        deferred::capture_ended(self.capture_id);
         if !raw.is_null() {
             // SAFETY: the discarded graph is ours to destroy.
             let _ = unsafe { sys::cuGraphDestroy(raw) };
@@ -272,6 +354,28 @@ pub fn capture<S: AsStream, T>(
     let guard = Capture::begin(stream, mode)?;
     let value = f(&guard)?;
     Ok((guard.end()?, value))
+}
+
+/// The id of the capture `stream` takes part in (`cuStreamGetCaptureInfo`), or `None`.
+fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0;
+    check(
+        // SAFETY: out-pointers valid; null for what is not asked.
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                stream,
+                &mut status,
+                &mut id,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        },
+        "cuStreamGetCaptureInfo",
+    )?;
+    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
 }
 
 /// The node the next captured operation on `stream` would depend on: the one just captured.

@@ -1,8 +1,9 @@
 //! Devices and their primary contexts.
 
 use std::ffi::CStr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use crate::deferred::{self, DropErrors};
 use crate::error::{Error, Result, check};
 use crate::sys;
 
@@ -32,7 +33,9 @@ pub fn device_count() -> Result<usize> {
 /// made here and by runtime-API code on the same device interoperate.
 ///
 /// Cheap to clone (one reference count). Every handle of this crate keeps its `Device`, so the
-/// context outlives them all.
+/// context outlives them all. Every `Device::get` of one ordinal returns the same device while
+/// any handle of it lives: its reaper stream and its record of drop errors are the device's, not
+/// a handle's.
 #[derive(Clone, Debug)]
 pub struct Device {
     inner: Arc<PrimaryContext>,
@@ -45,8 +48,6 @@ struct PrimaryContext {
     context: sys::CUcontext,
     /// A private stream on which RAII frees of escaped graph allocations are queued.
     reaper: OnceLock<Result<sys::CUstream>>,
-    /// Stream-ordered frees put off because their stream was capturing: (address, stream).
-    deferred: Mutex<Vec<(sys::CUdeviceptr, usize)>>,
     /// `cuDeviceTotalMem`, once asked.
     total_memory: OnceLock<usize>,
     _tracked: crate::track::Tracked,
@@ -61,17 +62,43 @@ unsafe impl Sync for PrimaryContext {}
 impl Drop for PrimaryContext {
     fn drop(&mut self) {
         if let Some(Ok(stream)) = self.reaper.get() {
-            // SAFETY: the reaper stream was created in this context and is destroyed once, here.
-            let _ = unsafe { sys::cuStreamDestroy(*stream) };
+            // SAFETY: the reaper stream was created in this context and is destroyed once, here;
+            // the driver finishes the frees queued on it first.
+            let code = unsafe { sys::cuStreamDestroy(*stream) };
+            record(self.ordinal, code, "cuStreamDestroy");
         }
         // SAFETY: retained in `Device::get`; released exactly once.
-        let _ = unsafe { sys::cuDevicePrimaryCtxRelease(self.device) };
+        let code = unsafe { sys::cuDevicePrimaryCtxRelease(self.device) };
+        record(self.ordinal, code, "cuDevicePrimaryCtxRelease");
     }
 }
+
+/// Records a failed release of device `ordinal` in its drop-error record.
+pub(crate) fn record(ordinal: usize, code: sys::CUresult, call: &'static str) {
+    if let Err(e) = check(code, call) {
+        deferred::record_drop_error(ordinal, e);
+    }
+}
+
+/// The live devices by ordinal: `Device::get` hands out the one that exists.
+static DEVICES: Mutex<Vec<Weak<PrimaryContext>>> = Mutex::new(Vec::new());
 
 impl Device {
     /// The device with this ordinal, its primary context retained.
     pub fn get(ordinal: usize) -> Result<Device> {
+        let mut devices = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(inner) = devices.get(ordinal).and_then(Weak::upgrade) {
+            return Ok(Device { inner });
+        }
+        let device = Device::open(ordinal)?;
+        if devices.len() <= ordinal {
+            devices.resize(ordinal + 1, Weak::new());
+        }
+        devices[ordinal] = Arc::downgrade(&device.inner);
+        Ok(device)
+    }
+
+    fn open(ordinal: usize) -> Result<Device> {
         init()?;
         let count = device_count()?;
         if ordinal >= count {
@@ -98,7 +125,6 @@ impl Device {
                 device,
                 context,
                 reaper: OnceLock::new(),
-                deferred: Mutex::new(Vec::new()),
                 total_memory: OnceLock::new(),
                 _tracked: crate::track::Tracked::new(crate::track::Kind::Context),
             }),
@@ -205,11 +231,36 @@ impl Device {
         Ok(can != 0)
     }
 
-    /// Waits for all work in the primary context (`cuCtxSynchronize`).
+    /// Waits for all work in the primary context (`cuCtxSynchronize`), then runs the releases
+    /// the crate put off ([`flush_deferred`](crate::flush_deferred)).
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the context is current.
-        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+        deferred::flush_if_queued();
+        Ok(())
+    }
+
+    /// The driver errors met in `Drop` of this device's objects (frees, destroys, unloads that
+    /// failed), and the error of a capture ended because its stream was dropped. `Drop` cannot
+    /// return errors; they are counted here instead of being discarded.
+    pub fn drop_errors(&self) -> DropErrors {
+        deferred::drop_errors(self.inner.ordinal, false)
+    }
+
+    /// As [`drop_errors`](Device::drop_errors), and clears the record.
+    pub fn take_drop_errors(&self) -> DropErrors {
+        deferred::drop_errors(self.inner.ordinal, true)
+    }
+
+    /// Records an error met in `Drop`.
+    pub(crate) fn record_drop_error(&self, error: Error) {
+        deferred::record_drop_error(self.inner.ordinal, error);
+    }
+
+    /// Records a failed release call (`code` not `CUDA_SUCCESS`) met in `Drop`.
+    pub(crate) fn record(&self, code: sys::CUresult, call: &'static str) {
+        record(self.inner.ordinal, code, call);
     }
 
     /// Whether two handles name the same device.
@@ -237,50 +288,6 @@ impl Device {
                 Ok(stream)
             })
             .clone()
-    }
-
-    /// Puts off freeing `ptr` on `stream` until the stream's capture ends.
-    pub(crate) fn defer_free(&self, ptr: sys::CUdeviceptr, stream: sys::CUstream) {
-        let mut deferred = self
-            .inner
-            .deferred
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        deferred.push((ptr, stream as usize));
-    }
-
-    /// Queues the frees that were put off, on their streams, for every stream that is no longer
-    /// capturing (a stream forked into another's capture ends with it). With `only`, the frees of
-    /// that stream are queued whatever its state: it is about to be destroyed.
-    pub(crate) fn flush_deferred_frees(&self, only: Option<sys::CUstream>) {
-        let mut deferred = self
-            .inner
-            .deferred
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if deferred.is_empty() {
-            return;
-        }
-        deferred.retain(|&(ptr, s)| {
-            let stream = s as sys::CUstream;
-            let ready = match only {
-                Some(only) => only == stream,
-                None => {
-                    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-                    // SAFETY: the stream is live: a stream flushes its own entries before it is
-                    // destroyed (`Drop for Stream`).
-                    let query = unsafe { sys::cuStreamIsCapturing(stream, &mut status) };
-                    query == sys::CUresult::CUDA_SUCCESS
-                        && status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-                }
-            };
-            if ready {
-                // SAFETY: a stream-ordered allocation whose owner dropped it during a capture;
-                // freed once, in order on its stream.
-                let _ = unsafe { sys::cuMemFreeAsync(ptr, stream) };
-            }
-            !ready
-        });
     }
 
     /// The device's memory in bytes, read once.

@@ -28,8 +28,8 @@ impl Graph {
         let mut lifetimes: Vec<(Option<usize>, Vec<usize>, Option<usize>)> = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
             let mut lines = vec![match &node.label {
-                Some(label) => format!("{label}: {}", node.kind),
-                None => format!("#{i} {}", node.kind),
+                Some(label) => format!("{}: {}", escape(label), escape(&node.kind.to_string())),
+                None => format!("#{i} {}", escape(&node.kind.to_string())),
             }];
             let mut colour = None;
             for op in &node.mem {
@@ -60,7 +60,7 @@ impl Graph {
             let _ = writeln!(
                 out,
                 "  n{i} [label=\"{}\", color=\"{}\", penwidth={}];",
-                escape(&lines.join("\\n")),
+                lines.join("\\n"),
                 colour.unwrap_or("black"),
                 if colour.is_some() { 2 } else { 1 }
             );
@@ -92,6 +92,43 @@ impl Graph {
     }
 }
 
+/// `text` as the inside of a DOT string: it cannot end the string (quotes and backslashes are
+/// escaped, so a label ending in a backslash cannot swallow the closing quote), line breaks
+/// become graphviz's `\n`, and NUL and other control characters, which DOT files must not
+/// hold, are dropped.
 fn escape(text: &str) -> String {
-    text.replace('"', "\\\"")
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn escaped_text_cannot_leave_its_string() {
+        let hostile = "x\\\"]; injected [URL=<javascript:alert(1)>]; //\n\0tail\\";
+        let escaped = escape(hostile);
+        // Every quote is preceded by an odd run of backslashes: none ends the string.
+        let bytes = escaped.as_bytes();
+        for (i, &b) in bytes.iter().enumerate() {
+            if b == b'"' {
+                let run = bytes[..i].iter().rev().take_while(|&&c| c == b'\\').count();
+                assert_eq!(run % 2, 1, "unescaped quote at {i} in {escaped}");
+            }
+        }
+        // A trailing backslash is doubled, so a closing quote after it stays a quote.
+        assert!(escaped.ends_with("\\\\"));
+        assert!(!escaped.contains('\n') && !escaped.contains('\0'));
+        assert_eq!(escape("plain"), "plain");
+    }
 }

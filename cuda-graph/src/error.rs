@@ -23,6 +23,10 @@ pub enum Error {
         /// The allocations still live from the previous launch, as their labels or addresses.
         allocations: Vec<String>,
     },
+    /// A stream was dropped while a capture begun on it was still open (its
+    /// [`Capture`](crate::Capture) guard was forgotten): the capture was ended and its graph
+    /// discarded. Recorded in [`Device::drop_errors`](crate::Device::drop_errors).
+    CaptureLeftOpen,
     /// An argument the safe layer rejects before calling CUDA.
     InvalidArgument {
         /// The operation.
@@ -65,6 +69,9 @@ impl fmt::Display for Error {
                     "have"
                 },
                 if allocations.len() == 1 { "it" } else { "them" },
+            ),
+            Error::CaptureLeftOpen => f.write_str(
+                "a stream was dropped while a capture begun on it was open (its Capture guard was forgotten); the capture was ended and its graph discarded",
             ),
             Error::InvalidArgument { call, reason } => write!(f, "{call}: {reason}"),
         }

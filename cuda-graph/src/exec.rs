@@ -1,14 +1,15 @@
 //! Executable graphs: instantiate (with the lifetime checks), upload, launch.
 
+use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::alloc::GraphAllocation;
 use crate::check::Roles;
+use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::event::{Event, EventFlags};
-use crate::graph::{Graph, Keep};
+use crate::graph::{Graph, KeepList};
 use crate::stream::AsStream;
 use crate::sys;
 
@@ -98,7 +99,18 @@ impl Graph {
         roles: Roles,
     ) -> Result<ExecGraph> {
         const CALL: &str = "Graph::instantiate";
+        deferred::flush_if_queued();
         let memory_nodes = self.has_memory_nodes();
+        if let Some(live) = roles.unfreed.iter().find(|a| a.is_live()) {
+            // The alloc node's address is fixed for the life of the graph: a second executable
+            // graph would map it again while the first mapping is still in use.
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "{live} of this graph is still live from an earlier launch; free it (free_async, or a free node in another graph) before instantiating the graph again"
+                ),
+            ));
+        }
         if memory_nodes && self.instantiated.swap(true, Ordering::AcqRel) {
             return Err(Error::invalid(
                 CALL,
@@ -111,18 +123,8 @@ impl Graph {
             }
             e
         };
-        let Roles {
-            unfreed,
-            foreign_frees,
-            foreign_uses,
-        } = roles;
-        // Created before the executable graph, so that a failure here leaks nothing.
-        let launch_event = if unfreed.is_empty() && foreign_uses.is_empty() {
-            None
-        } else {
-            Some(Event::with_flags(&self.device, EventFlags::DISABLE_TIMING).map_err(release)?)
-        };
         self.device.bind().map_err(release)?;
+        retain_keep(self).map_err(release)?;
         let mut raw = std::ptr::null_mut();
         if upload.is_null() && !flags.contains(InstantiateFlags::UPLOAD) {
             // The common path: WithFlags measured cheaper than WithParams on the H200.
@@ -145,6 +147,21 @@ impl Graph {
             )
             .map_err(release)?;
         }
+        let Roles {
+            unfreed,
+            foreign_frees,
+            foreign_uses,
+        } = roles;
+        // Every allocation the launch path locks, in id order (no deadlock between launches
+        // that share allocations).
+        let mut locked: Vec<GraphAllocation> = unfreed
+            .iter()
+            .chain(&foreign_frees)
+            .chain(&foreign_uses)
+            .cloned()
+            .collect();
+        locked.sort_by_key(GraphAllocation::id);
+        locked.dedup_by_key(|a| a.id());
         Ok(ExecGraph {
             raw,
             device: self.device.clone(),
@@ -152,12 +169,67 @@ impl Graph {
             unfreed,
             foreign_frees,
             foreign_uses,
-            launch_event,
-            _keep: self.keep.clone(),
+            locked,
             instantiated: memory_nodes.then(|| self.instantiated.clone()),
             _tracked: crate::track::Tracked::new(crate::track::Kind::ExecGraph),
         })
     }
+}
+
+/// Makes `graph` retain, once, a user object that holds its [`KeepList`]: every executable
+/// graph instantiated from it then holds it too, until the driver is done with it.
+fn retain_keep(graph: &Graph) -> Result<()> {
+    if graph.keep_retained.get() {
+        return Ok(());
+    }
+    unsafe extern "C" fn destroy(data: *mut c_void) {
+        // SAFETY: `data` is the `Box<Arc<KeepList>>` leaked in `retain_keep`; the driver calls
+        // this once, when the last reference is released.
+        let keep = unsafe { Box::from_raw(data.cast::<Arc<KeepList>>()) };
+        // Driver thread: no CUDA here. The release runs at the crate's next flush point.
+        let mut keep = Some(keep);
+        deferred::enqueue(Box::new(move || {
+            drop(keep.take());
+            true
+        }));
+    }
+    let data = Box::into_raw(Box::new(graph.keep.clone())).cast::<c_void>();
+    let mut object = std::ptr::null_mut();
+    // SAFETY: `data` is a leaked box that `destroy` frees; the flag is the one CUDA requires.
+    let code = unsafe {
+        sys::cuUserObjectCreate(
+            &mut object,
+            data,
+            Some(destroy),
+            1,
+            sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0,
+        )
+    };
+    if let Err(e) = check(code, "cuUserObjectCreate") {
+        // SAFETY: the driver did not take the box.
+        drop(unsafe { Box::from_raw(data.cast::<Arc<KeepList>>()) });
+        return Err(e);
+    }
+    check(
+        // SAFETY: both handles are live; MOVE hands our one reference to the graph, which
+        // releases it when destroyed (the destructor then runs once no executable graph holds
+        // the object either).
+        unsafe {
+            sys::cuGraphRetainUserObject(
+                graph.raw,
+                object,
+                1,
+                sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
+            )
+        },
+        "cuGraphRetainUserObject",
+    )
+    .inspect_err(|_| {
+        // SAFETY: our reference was not moved; releasing it runs the destructor.
+        let _ = unsafe { sys::cuUserObjectRelease(object, 1) };
+    })?;
+    graph.keep_retained.set(true);
+    Ok(())
 }
 
 /// An executable graph (`CUgraphExec`), destroyed on drop.
@@ -174,10 +246,8 @@ pub struct ExecGraph {
     foreign_frees: Vec<GraphAllocation>,
     /// Allocated elsewhere, used (not freed) by this graph.
     foreign_uses: Vec<GraphAllocation>,
-    /// Recorded after each launch when `unfreed` or `foreign_uses` is not empty: the RAII free
-    /// of those allocations waits for it.
-    launch_event: Option<Event>,
-    _keep: Vec<Keep>,
+    /// The three lists above, each allocation once, in id order: the launch path locks them.
+    locked: Vec<GraphAllocation>,
     instantiated: Option<Arc<AtomicBool>>,
     _tracked: crate::track::Tracked,
 }
@@ -217,8 +287,12 @@ impl ExecGraph {
         self.launch_with_allocations(stream)
     }
 
+    /// The launch of a graph that allocates, frees or uses allocations outside itself: checked,
+    /// ordered and recorded under the allocations' locks, so that no free on another thread
+    /// slips between the check and the launch.
     fn launch_with_allocations(&self, stream: &impl AsStream) -> Result<()> {
-        if !self.flags.contains(InstantiateFlags::AUTO_FREE_ON_LAUNCH) {
+        let auto_free = self.flags.contains(InstantiateFlags::AUTO_FREE_ON_LAUNCH);
+        if !auto_free {
             let live: Vec<String> = self
                 .unfreed
                 .iter()
@@ -229,39 +303,57 @@ impl ExecGraph {
                 return Err(Error::UnfreedOnRelaunch { allocations: live });
             }
         }
-        if let Some(dead) = self.foreign_frees.iter().find(|a| !a.is_live()) {
-            return Err(Error::invalid(
-                "cuGraphLaunch",
-                format!(
-                    "the graph frees {dead}, which is not live (not yet allocated by a launch of its graph, or already freed)"
-                ),
-            ));
-        }
-        if let Some(dead) = self.foreign_uses.iter().find(|a| !a.is_live()) {
-            return Err(Error::invalid(
-                "cuGraphLaunch",
-                format!(
-                    "the graph uses {dead}, which is not live (not yet allocated by a launch of its graph, or already freed)"
-                ),
-            ));
-        }
         self.device.bind()?;
+        let id = stream.stream_id()?;
+        let raw = stream.as_raw_stream();
+        let mut states: Vec<_> = self.locked.iter().map(|a| a.lock()).collect();
+        let state_of = |a: &GraphAllocation| {
+            self.locked
+                .iter()
+                .position(|l| l.same(a))
+                .expect("every listed allocation is locked")
+        };
+        for a in self.foreign_frees.iter().chain(&self.foreign_uses) {
+            let state = &states[state_of(a)];
+            if !state.is_live() {
+                let verb = if self.foreign_frees.iter().any(|f| f.same(a)) {
+                    "frees"
+                } else {
+                    "uses"
+                };
+                return Err(Error::invalid(
+                    "ExecGraph::launch",
+                    format!(
+                        "the graph {verb} {a}, which is not live (not yet allocated by a launch of its graph, or already freed)"
+                    ),
+                ));
+            }
+            state.order_use(raw, id)?;
+        }
+        for a in &self.foreign_frees {
+            states[state_of(a)].order_free(raw, id)?;
+        }
+        for a in &self.unfreed {
+            // With AutoFreeOnLaunch the launch first frees the previous launch's allocation.
+            let state = &states[state_of(a)];
+            if state.is_live() {
+                state.order_free(raw, id)?;
+            }
+        }
         check(
-            // SAFETY: both handles are live.
-            unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) },
+            // SAFETY: both handles are live; every allocation the graph uses or frees outside
+            // itself is live and ordered before this point of the stream.
+            unsafe { sys::cuGraphLaunch(self.raw, raw) },
             "cuGraphLaunch",
         )?;
-        if let Some(event) = &self.launch_event {
-            event.record(stream)?;
-            for allocation in &self.unfreed {
-                allocation.mark_allocated(stream.as_raw_stream(), event);
-            }
-            for allocation in &self.foreign_uses {
-                allocation.note_launch_use(stream.as_raw_stream(), event);
-            }
+        for a in &self.unfreed {
+            states[state_of(a)].allocated_on(&self.device, stream, id)?;
         }
-        for allocation in &self.foreign_frees {
-            allocation.mark_freed();
+        for a in &self.foreign_uses {
+            states[state_of(a)].used_on(&self.device, stream, id)?;
+        }
+        for a in &self.foreign_frees {
+            states[state_of(a)].forget();
         }
         Ok(())
     }
@@ -294,11 +386,21 @@ impl ExecGraph {
 }
 
 impl Drop for ExecGraph {
+    /// Destroys the executable graph (the driver defers it while launches run, and keeps what
+    /// the nodes refer to until then); put off while a capture forbids it.
     fn drop(&mut self) {
-        // SAFETY: owned and destroyed once; live allocations stay live (their handles free them).
-        let _ = unsafe { sys::cuGraphExecDestroy(self.raw) };
-        if let Some(flag) = &self.instantiated {
-            flag.store(false, Ordering::Release);
-        }
+        let (raw, device) = (self.raw as usize, self.device.clone());
+        let instantiated = self.instantiated.take();
+        deferred::release(move || {
+            // SAFETY: owned and destroyed once; live allocations stay live (their handles free
+            // them).
+            let code = unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) };
+            device.record(code, "cuGraphExecDestroy");
+            if let Some(flag) = &instantiated {
+                flag.store(false, Ordering::Release);
+            }
+            true
+        });
+        deferred::flush_if_queued();
     }
 }

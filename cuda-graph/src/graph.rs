@@ -3,8 +3,8 @@
 
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::alloc::{AllocParams, GraphAllocation};
 use crate::device::Device;
@@ -109,18 +109,52 @@ pub struct NodeRecord {
     pub event: Option<Event>,
 }
 
-/// Things an executable graph must keep alive: events of event nodes, host functions, the
-/// handles of moved child graphs.
+/// A value that keeps something a node refers to alive: a module, a buffer's or an
+/// allocation's memory, a host function, an event, a child graph's own list.
 pub(crate) type Keep = Arc<dyn std::any::Any + Send + Sync>;
 
+/// Everything a graph's nodes refer to. The graph holds it, and so does a CUDA user object
+/// that the graph retains from its first instantiation on: every executable graph made from
+/// the graph holds a reference to that user object, which the driver releases only when the
+/// executable graph is destroyed and its last launch is done (deferred destroys included). The
+/// user object's destructor, on a driver thread, only queues the release of its share
+/// ([`crate::deferred`]).
+#[derive(Default)]
+pub(crate) struct KeepList(Mutex<Vec<Keep>>);
+
+impl KeepList {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Keep>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn push(&self, keep: Keep) {
+        self.lock().push(keep);
+    }
+
+    pub(crate) fn extend(&self, keep: impl IntoIterator<Item = Keep>) {
+        self.lock().extend(keep);
+    }
+
+    /// Moves the values of `other` into this list.
+    pub(crate) fn take_from(&self, other: &KeepList) {
+        let taken = std::mem::take(&mut *other.lock());
+        self.lock().extend(taken);
+    }
+}
+
 /// A CUDA graph under construction, with its record. Dropping it destroys the graph
-/// (`cuGraphDestroy`); executable graphs made from it are independent of it.
+/// (`cuGraphDestroy`); executable graphs made from it are independent of it, and keep alive
+/// what its nodes refer to until their launches are done.
 pub struct Graph {
     pub(crate) raw: sys::CUgraph,
     pub(crate) device: Device,
     pub(crate) id: u64,
     pub(crate) nodes: Vec<NodeRecord>,
-    pub(crate) keep: Vec<Keep>,
+    /// What the nodes refer to (the ownership rule of the crate docs' "Safety model").
+    pub(crate) keep: Arc<KeepList>,
+    /// Whether the graph retains a user object holding `keep` (made at the first
+    /// instantiation).
+    pub(crate) keep_retained: std::cell::Cell<bool>,
     /// Set while an executable graph made from this graph exists (graphs with memory nodes
     /// allow only one).
     pub(crate) instantiated: Arc<AtomicBool>,
@@ -151,8 +185,13 @@ impl Drop for Graph {
             }
         }
         if self.owns_raw {
-            // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
-            let _ = unsafe { sys::cuGraphDestroy(self.raw) };
+            let (raw, device) = (self.raw as usize, self.device.clone());
+            crate::deferred::release(move || {
+                // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
+                let code = unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) };
+                device.record(code, "cuGraphDestroy");
+                true
+            });
         }
     }
 }
@@ -173,7 +212,8 @@ impl Graph {
             device: device.clone(),
             id,
             nodes: Vec::new(),
-            keep: Vec::new(),
+            keep: Arc::new(KeepList::default()),
+            keep_retained: std::cell::Cell::new(false),
             instantiated: Arc::new(AtomicBool::new(false)),
             owns_raw: true,
             _tracked: crate::track::Tracked::new(crate::track::Kind::Graph),
@@ -379,6 +419,7 @@ impl Graph {
             params.label.clone(),
         );
         let mem = Few::One(MemOp::Alloc(allocation.clone()));
+        self.keep.push(allocation.keep());
         let node = self.push_with(raw, NodeKind::MemAlloc, indices, Few::new(), mem);
         if params.label.is_some() {
             self.nodes[node.index()].label.clone_from(&params.label);
@@ -442,7 +483,9 @@ impl Graph {
             })
         })?;
         let kind = NodeKind::Kernel(function.shared_name());
-        let uses = args.uses().iter().cloned().collect();
+        let uses = args.graph_allocations().cloned().collect();
+        self.keep.push(function.keep());
+        self.keep.extend(args.keeps());
         Ok(self.push_with(raw, kind, indices, uses, Few::new()))
     }
 
@@ -455,7 +498,8 @@ impl Graph {
         count: usize,
     ) -> Result<Node> {
         const CALL: &str = "cuGraphAddMemsetNode";
-        if count == 0 || count * 4 > target.byte_len() {
+        let fits = count.checked_mul(4).is_some_and(|b| b <= target.byte_len());
+        if count == 0 || !fits {
             return Err(Error::invalid(
                 CALL,
                 format!(
@@ -481,6 +525,7 @@ impl Graph {
         })?;
         let node = self.push(raw, NodeKind::Memset, indices);
         self.nodes[node.index()].uses = target.graph_allocation().cloned().into_iter().collect();
+        self.keep.push(target.owner().keep());
         Ok(node)
     }
 
@@ -523,6 +568,7 @@ impl Graph {
         let node = self.push(raw, NodeKind::Memcpy, indices);
         let uses = [dst.graph_allocation(), src.graph_allocation()];
         self.nodes[node.index()].uses = uses.into_iter().flatten().cloned().collect();
+        self.keep.extend([dst.owner().keep(), src.owner().keep()]);
         Ok(node)
     }
 
@@ -617,7 +663,7 @@ impl Graph {
             // graph.
             unsafe { sys::cuGraphAddChildGraphNode(node, graph, deps, count, child.raw) }
         })?;
-        self.keep.extend(child.keep.iter().cloned());
+        self.keep.push(child.keep.clone() as Keep);
         let node = self.push(raw, NodeKind::ChildGraph, indices);
         self.nodes[node.index()].uses = child
             .nodes
@@ -649,7 +695,7 @@ impl Graph {
             }
         })?;
         child.owns_raw = false;
-        self.keep.append(&mut child.keep);
+        self.keep.take_from(&child.keep);
         let node = self.push(raw, NodeKind::ChildGraph, indices);
         let record = &mut self.nodes[node.index()];
         for n in &child.nodes {

@@ -95,11 +95,13 @@
 
 #![warn(missing_docs)]
 
+pub use bytemuck;
 pub use cuda_graph_sys as sys;
 
 mod alloc;
 mod capture;
 pub mod check;
+mod deferred;
 mod device;
 mod dot;
 mod error;
@@ -116,9 +118,11 @@ mod pool;
 mod stream;
 mod stream_alloc;
 mod track;
+mod uses;
 
 pub use alloc::{Access, AllocParams, GraphAllocation};
 pub use capture::{Capture, CaptureMode, capture};
+pub use deferred::{DropErrors, flush_deferred};
 pub use device::{Device, device_count, init};
 pub use error::{DriverError, Error, Result};
 pub use event::{Event, EventFlags};

@@ -2,41 +2,110 @@
 //! inputs, results to copy back, and the like.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytemuck::Pod;
 
 use crate::alloc::GraphAllocation;
+use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
+use crate::graph::Keep;
 use crate::stream::{AsStream, BorrowedStream};
+use crate::stream_alloc::StreamMemory;
 use crate::sys;
 
-/// Something with a device address: a [`DeviceBuffer`], a [`GraphAllocation`].
-pub trait DeviceAddress {
+/// Memory of this crate with a device address: a [`DeviceBuffer`], a
+/// [`StreamAllocation`](crate::StreamAllocation), a [`GraphAllocation`].
+///
+/// Sealed: graph nodes and kernel arguments trust the address and the length, and keep the
+/// memory's owner alive for as long as the GPU may touch it; only the crate's own types can
+/// promise both. Memory from elsewhere reaches kernels as a plain value
+/// ([`KernelArgs::value`](crate::KernelArgs::value)), under the launch's `unsafe` contract.
+pub trait DeviceAddress: sealed::Sealed {
     /// The address.
     fn device_ptr(&self) -> sys::CUdeviceptr;
     /// The size in bytes.
     fn byte_len(&self) -> usize;
     /// The graph allocation behind the address, if it is one (its uses are recorded).
     fn graph_allocation(&self) -> Option<&GraphAllocation> {
-        None
+        match self.owner() {
+            Owner::Graph(a) => Some(a),
+            _ => None,
+        }
     }
 }
 
-/// Device memory from `cuMemAlloc` holding `len` values of `T`, freed on drop.
+pub(crate) mod sealed {
+    /// Implemented by the crate's memory types only.
+    pub trait Sealed {
+        /// Who owns the memory: what a node or launch that refers to it keeps alive.
+        fn owner(&self) -> super::Owner<'_>;
+    }
+}
+
+/// The owner of some memory, as a node or a launch sees it.
 #[derive(Debug)]
-pub struct DeviceBuffer<T: Copy> {
+pub enum Owner<'a> {
+    /// A graph allocation: its uses are recorded for the lifetime checks and ordered.
+    Graph(&'a GraphAllocation),
+    /// A stream-ordered allocation: its free waits for every use on other streams.
+    Stream(&'a Arc<StreamMemory>),
+    /// A `cuMemAlloc` buffer: `cuMemFree` waits for the device, so keeping it alive suffices.
+    Buffer(&'a Arc<BufferMemory>),
+}
+
+impl Owner<'_> {
+    /// A value that keeps the memory allocated while it lives.
+    pub(crate) fn keep(&self) -> Keep {
+        match self {
+            Owner::Graph(a) => a.keep(),
+            Owner::Stream(m) => Arc::clone(m) as Keep,
+            Owner::Buffer(m) => Arc::clone(m) as Keep,
+        }
+    }
+}
+
+/// The allocation behind a [`DeviceBuffer`], shared with the graphs whose nodes refer to it;
+/// freed (`cuMemFree`, which waits for the device's work) when the last holder drops.
+#[derive(Debug)]
+pub struct BufferMemory {
     ptr: sys::CUdeviceptr,
-    len: usize,
+    bytes: usize,
     device: Device,
-    _type: PhantomData<T>,
     _tracked: crate::track::Tracked,
 }
 
-// SAFETY: device memory may be used from any thread; the buffer owns its address exclusively.
-unsafe impl<T: Copy + Send> Send for DeviceBuffer<T> {}
-// SAFETY: `&self` methods only read the address or copy through the driver, which is thread-safe.
-unsafe impl<T: Copy + Sync> Sync for DeviceBuffer<T> {}
+impl Drop for BufferMemory {
+    fn drop(&mut self) {
+        let (ptr, device) = (self.ptr, self.device.clone());
+        deferred::release(move || {
+            if let Err(e) = device.bind() {
+                device.record_drop_error(e);
+                return true;
+            }
+            // SAFETY: allocated by cuMemAlloc and freed once, when no node, launch or handle
+            // refers to it; cuMemFree waits for work using it.
+            device.record(unsafe { sys::cuMemFree(ptr) }, "cuMemFree");
+            true
+        });
+    }
+}
 
-impl<T: Copy> DeviceBuffer<T> {
+/// Device memory from `cuMemAlloc` holding `len` values of `T`, freed when the buffer and
+/// every graph that refers to it are gone.
+///
+/// `T` is plain old data ([`bytemuck::Pod`]): every bit pattern the device writes is a valid
+/// `T`, and a `T` has no padding bytes to copy. References, `bool`, `char` and types with
+/// invariants are refused at compile time.
+#[derive(Debug)]
+pub struct DeviceBuffer<T: Pod> {
+    memory: Arc<BufferMemory>,
+    len: usize,
+    _type: PhantomData<T>,
+}
+
+impl<T: Pod> DeviceBuffer<T> {
     /// `len` values, zero-filled.
     pub fn zeroed(device: &Device, len: usize) -> Result<DeviceBuffer<T>> {
         let bytes = len
@@ -48,11 +117,14 @@ impl<T: Copy> DeviceBuffer<T> {
         // SAFETY: `ptr` is a valid out-pointer; the context is current.
         check(unsafe { sys::cuMemAlloc(&mut ptr, bytes) }, "cuMemAlloc")?;
         let buffer = DeviceBuffer {
-            ptr,
+            memory: Arc::new(BufferMemory {
+                ptr,
+                bytes,
+                device: device.clone(),
+                _tracked: crate::track::Tracked::new(crate::track::Kind::DeviceBuffer),
+            }),
             len,
-            device: device.clone(),
             _type: PhantomData,
-            _tracked: crate::track::Tracked::new(crate::track::Kind::DeviceBuffer),
         };
         // SAFETY: the range is the allocation just made.
         check(unsafe { sys::cuMemsetD8(ptr, 0, bytes) }, "cuMemsetD8")?;
@@ -79,26 +151,28 @@ impl<T: Copy> DeviceBuffer<T> {
                 format!("{} values for a buffer of {}", data.len(), self.len),
             ));
         }
-        self.device.bind()?;
+        self.memory.device.bind()?;
         check(
-            // SAFETY: source and destination both hold `len * size_of::<T>()` bytes.
-            unsafe { sys::cuMemcpyHtoD(self.ptr, data.as_ptr().cast(), self.byte_len()) },
+            // SAFETY: source and destination both hold `len * size_of::<T>()` bytes; `T: Pod`
+            // has no padding, so every source byte is initialized.
+            unsafe { sys::cuMemcpyHtoD(self.memory.ptr, data.as_ptr().cast(), self.byte_len()) },
             "cuMemcpyHtoD",
         )?;
         // From pageable memory cuMemcpyHtoD may return before the data reaches the device.
-        BorrowedStream::legacy(&self.device).synchronize()
+        BorrowedStream::legacy(&self.memory.device).synchronize()
     }
 
     /// The contents, copied to the host synchronously (after the legacy stream's work).
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        self.device.bind()?;
+        self.memory.device.bind()?;
         let mut out = Vec::<T>::with_capacity(self.len);
         check(
             // SAFETY: the destination has capacity for `len` values of `T`.
-            unsafe { sys::cuMemcpyDtoH(out.as_mut_ptr().cast(), self.ptr, self.byte_len()) },
+            unsafe { sys::cuMemcpyDtoH(out.as_mut_ptr().cast(), self.memory.ptr, self.byte_len()) },
             "cuMemcpyDtoH",
         )?;
-        // SAFETY: all `len` values were written by the copy.
+        // SAFETY: all `len` values were written by the copy, and any bytes are a valid `T`
+        // (`T: Pod`).
         unsafe { out.set_len(self.len) };
         Ok(out)
     }
@@ -118,22 +192,24 @@ impl<T: Copy> DeviceBuffer<T> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.memory.device
+    }
 }
 
-impl<T: Copy> DeviceAddress for DeviceBuffer<T> {
+impl<T: Pod> sealed::Sealed for DeviceBuffer<T> {
+    fn owner(&self) -> Owner<'_> {
+        Owner::Buffer(&self.memory)
+    }
+}
+
+impl<T: Pod> DeviceAddress for DeviceBuffer<T> {
     fn device_ptr(&self) -> sys::CUdeviceptr {
-        self.ptr
+        self.memory.ptr
     }
     fn byte_len(&self) -> usize {
-        self.len * size_of::<T>()
-    }
-}
-
-impl<T: Copy> Drop for DeviceBuffer<T> {
-    fn drop(&mut self) {
-        if self.device.bind().is_ok() {
-            // SAFETY: allocated by cuMemAlloc and freed once; cuMemFree waits for work using it.
-            let _ = unsafe { sys::cuMemFree(self.ptr) };
-        }
+        self.memory.bytes
     }
 }

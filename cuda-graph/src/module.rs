@@ -4,11 +4,14 @@ use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
 use crate::alloc::GraphAllocation;
+use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::few::Few;
-use crate::memory::DeviceAddress;
-use crate::stream::AsStream;
+use crate::graph::Keep;
+use crate::memory::{BufferMemory, DeviceAddress, Owner};
+use crate::stream::{AsStream, CaptureStatus};
+use crate::stream_alloc::StreamMemory;
 use crate::sys;
 
 /// A loaded module (`cuModuleLoadData`), unloaded when the last [`Function`] of it drops.
@@ -31,10 +34,18 @@ unsafe impl Sync for ModuleInner {}
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        if self.device.bind().is_ok() {
-            // SAFETY: loaded in `Module::load`, unloaded once, when no Function refers to it.
-            let _ = unsafe { sys::cuModuleUnload(self.raw) };
-        }
+        let (raw, device) = (self.raw as usize, self.device.clone());
+        deferred::release(move || {
+            if let Err(e) = device.bind() {
+                device.record_drop_error(e);
+                return true;
+            }
+            // SAFETY: loaded in `Module::load`, unloaded once, when no Function, graph or
+            // executable graph refers to it.
+            let code = unsafe { sys::cuModuleUnload(raw as sys::CUmodule) };
+            device.record(code, "cuModuleUnload");
+            true
+        });
     }
 }
 
@@ -103,7 +114,8 @@ impl Module {
     }
 }
 
-/// A kernel of a loaded module; keeps the module loaded.
+/// A kernel of a loaded module; keeps the module loaded, and so does every graph node and
+/// executable graph that runs it.
 #[derive(Debug, Clone)]
 pub struct Function {
     raw: sys::CUfunction,
@@ -132,18 +144,31 @@ impl Function {
         self.name.clone()
     }
 
+    /// A value that keeps the module loaded.
+    pub(crate) fn keep(&self) -> Keep {
+        self.module.inner.clone() as Keep
+    }
+
     /// The device it runs on.
     pub fn device(&self) -> &Device {
         self.module.device()
     }
 
     /// Launches the kernel on `stream` (`cuLaunchKernel`). During a capture, the launch becomes a
-    /// kernel node of the captured graph.
+    /// kernel node of the captured graph; use [`Capture::launch`](crate::Capture::launch), which
+    /// also keeps what the node refers to alive.
+    ///
+    /// Memory of this crate passed with [`KernelArgs::ptr`] is ordered: a graph allocation must
+    /// be live (else [`Error::InvalidArgument`], nothing launched) and the stream first waits
+    /// for the launch that allocated it when that ran on another stream; frees of graph and
+    /// stream allocations wait for this launch.
     ///
     /// # Safety
     ///
     /// `args` matches the kernel's parameters in number, order and type, and every address in it
-    /// is valid for the accesses the kernel makes, for as long as the kernel runs.
+    /// is valid for the accesses the kernel makes, for as long as the kernel runs: for memory
+    /// passed with [`KernelArgs::ptr`] outside a capture the crate ensures it (above); for
+    /// addresses passed as plain values, the caller does.
     pub unsafe fn launch(
         &self,
         stream: &impl AsStream,
@@ -151,6 +176,47 @@ impl Function {
         args: &KernelArgs,
     ) -> Result<()> {
         self.device().bind()?;
+        if args.graph_allocations().next().is_none() {
+            // SAFETY: the caller upholds the launch contract.
+            unsafe { self.launch_raw(stream, config, args) }?;
+            return args.note_stream_uses(stream);
+        }
+        if stream.capture_status()? != CaptureStatus::None {
+            // SAFETY: the caller upholds the launch contract; the captured node is ordered by
+            // the graph it lands in.
+            return unsafe { self.launch_raw(stream, config, args) };
+        }
+        // Graph allocations: checked, ordered and recorded under their locks (in id order),
+        // so that no free slips between the check and the launch.
+        let id = stream.stream_id()?;
+        let mut allocations: Vec<&GraphAllocation> = args.graph_allocations().collect();
+        allocations.sort_by_key(|a| a.id());
+        allocations.dedup_by_key(|a| a.id());
+        let mut states: Vec<_> = allocations.iter().map(|a| a.lock()).collect();
+        for (a, state) in allocations.iter().zip(&states) {
+            a.before_stream_use(state, stream, id)?;
+        }
+        // SAFETY: the caller upholds the launch contract; the allocations are live and the
+        // stream is ordered after the launches that allocated them.
+        unsafe { self.launch_raw(stream, config, args) }?;
+        for (a, state) in allocations.iter().zip(&mut states) {
+            state.used_on(a.device(), stream, id)?;
+        }
+        drop(states);
+        args.note_stream_uses(stream)
+    }
+
+    /// `cuLaunchKernel` with `args`.
+    ///
+    /// # Safety
+    ///
+    /// As [`launch`](Function::launch).
+    pub(crate) unsafe fn launch_raw(
+        &self,
+        stream: &impl AsStream,
+        config: LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
         args.with_pointers(|params| {
             check(
                 // SAFETY: `params` holds one pointer per argument into `args`' storage, alive for
@@ -172,8 +238,7 @@ impl Function {
                 },
                 "cuLaunchKernel",
             )
-        })?;
-        args.note_stream_use(stream)
+        })
     }
 }
 
@@ -201,14 +266,23 @@ impl LaunchConfig {
     }
 }
 
-/// A kernel's argument list, built from typed values. Addresses of graph allocations passed with
-/// [`KernelArgs::ptr`] are recorded as uses of the allocation, for the lifetime checks.
+/// A kernel's argument list, built from typed values. Memory passed with [`KernelArgs::ptr`] is
+/// recorded: graph allocations as uses of the allocation, for the lifetime checks and for
+/// ordering, and every owner so that a node or launch keeps it allocated.
 #[derive(Debug, Default, Clone)]
 pub struct KernelArgs {
     /// The argument bytes.
     words: ArgWords,
-    /// Graph allocations among the arguments.
-    uses: Few<GraphAllocation>,
+    /// The owners of the memory among the arguments.
+    owners: Few<ArgOwner>,
+}
+
+/// The owner of memory passed as a kernel argument.
+#[derive(Debug, Clone)]
+enum ArgOwner {
+    Graph(GraphAllocation),
+    Stream(Arc<StreamMemory>),
+    Buffer(Arc<BufferMemory>),
 }
 
 /// Arguments kept inline: words and arguments. A list this size stays under 128 bytes, which
@@ -297,12 +371,15 @@ impl KernelArgs {
         self
     }
 
-    /// Appends a device address; a graph allocation is recorded as used by this kernel.
+    /// Appends a device address; its memory is recorded (a graph allocation as used by this
+    /// kernel).
     #[inline]
     pub fn ptr(mut self, target: &impl DeviceAddress) -> KernelArgs {
-        if let Some(allocation) = target.graph_allocation() {
-            self.uses.push(allocation.clone());
-        }
+        self.owners.push(match target.owner() {
+            Owner::Graph(a) => ArgOwner::Graph(a.clone()),
+            Owner::Stream(m) => ArgOwner::Stream(m.clone()),
+            Owner::Buffer(m) => ArgOwner::Buffer(m.clone()),
+        });
         self.value(target.device_ptr())
     }
 
@@ -317,8 +394,20 @@ impl KernelArgs {
     }
 
     /// The graph allocations the arguments name.
-    pub fn uses(&self) -> &[GraphAllocation] {
-        &self.uses
+    pub fn graph_allocations(&self) -> impl Iterator<Item = &GraphAllocation> {
+        self.owners.iter().filter_map(|o| match o {
+            ArgOwner::Graph(a) => Some(a),
+            _ => None,
+        })
+    }
+
+    /// Values that keep every argument's memory allocated.
+    pub(crate) fn keeps(&self) -> impl Iterator<Item = Keep> + '_ {
+        self.owners.iter().map(|o| match o {
+            ArgOwner::Graph(a) => a.keep(),
+            ArgOwner::Stream(m) => m.clone() as Keep,
+            ArgOwner::Buffer(m) => m.clone() as Keep,
+        })
     }
 
     /// Calls `f` with the `void**` array `cuLaunchKernel` and kernel nodes take.
@@ -341,10 +430,13 @@ impl KernelArgs {
         f(pointers.as_mut_ptr())
     }
 
-    /// After a launch on a stream: the used allocations must not be freed by RAII before it.
-    fn note_stream_use(&self, stream: &impl AsStream) -> Result<()> {
-        for allocation in &self.uses {
-            allocation.note_stream_use(stream)?;
+    /// After a launch on a stream: stream allocations among the arguments are not freed
+    /// before it.
+    fn note_stream_uses(&self, stream: &impl AsStream) -> Result<()> {
+        for owner in &self.owners {
+            if let ArgOwner::Stream(m) = owner {
+                m.note_stream_use(stream)?;
+            }
         }
         Ok(())
     }

@@ -3,8 +3,9 @@
 
 use std::marker::PhantomData;
 
+use crate::deferred;
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::{Error, Result, check};
 use crate::event::Event;
 use crate::sys;
 
@@ -15,14 +16,31 @@ pub trait AsStream {
     /// The device the stream belongs to.
     fn device(&self) -> &Device;
 
-    /// Waits on the host until the stream's work is done (`cuStreamSynchronize`).
+    /// Waits on the host until the stream's work is done (`cuStreamSynchronize`), then runs
+    /// the releases the crate put off ([`flush_deferred`](crate::flush_deferred)).
     fn synchronize(&self) -> Result<()> {
         self.device().bind()?;
         check(
             // SAFETY: the stream handle is live for as long as `self` is.
             unsafe { sys::cuStreamSynchronize(self.as_raw_stream()) },
             "cuStreamSynchronize",
-        )
+        )?;
+        deferred::flush_if_queued();
+        Ok(())
+    }
+
+    /// The driver's id of the stream (`cuStreamGetId`), unique for the life of the process.
+    /// For the per-thread default stream it is the calling thread's own stream: two threads get
+    /// two ids for one handle. Not available while the stream captures.
+    fn stream_id(&self) -> Result<u64> {
+        self.device().bind()?;
+        let mut id = 0;
+        check(
+            // SAFETY: `id` is a valid out-pointer; the stream is live.
+            unsafe { sys::cuStreamGetId(self.as_raw_stream(), &mut id) },
+            "cuStreamGetId",
+        )?;
+        Ok(id)
     }
 
     /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`).
@@ -186,11 +204,52 @@ impl AsStream for Stream {
 }
 
 impl Drop for Stream {
+    /// Ends a capture this stream still began (its [`Capture`](crate::Capture) guard was
+    /// forgotten), recording [`Error::CaptureLeftOpen`] in the device's drop errors, then
+    /// destroys the stream: now, or, while stream-ordered frees on it are still queued or it
+    /// still takes part in another stream's capture, once those have run.
     fn drop(&mut self) {
-        self.device.flush_deferred_frees(Some(self.raw));
-        // SAFETY: owned and destroyed once; the driver finishes queued work before releasing it.
-        let _ = unsafe { sys::cuStreamDestroy(self.raw) };
+        if let Some(id) = deferred::capture_on(self.raw as usize) {
+            let mut graph = std::ptr::null_mut();
+            // SAFETY: the stream is capturing (a registered capture began on it).
+            let code = unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) };
+            if !graph.is_null() {
+                // SAFETY: the discarded graph is ours to destroy.
+                let _ = unsafe { sys::cuGraphDestroy(graph) };
+            }
+            self.device.record(code, "cuStreamEndCapture");
+            self.device.record_drop_error(Error::CaptureLeftOpen);
+            deferred::capture_ended(id);
+        }
+        deferred::flush_if_queued();
+        let (raw, device) = (self.raw as usize, self.device.clone());
+        let destroy = move || {
+            let raw = raw as sys::CUstream;
+            if !matches!(raw_capture_status(raw), Ok(CaptureStatus::None)) {
+                return false;
+            }
+            // SAFETY: owned and destroyed once; the driver finishes queued work first.
+            device.record(unsafe { sys::cuStreamDestroy(raw) }, "cuStreamDestroy");
+            true
+        };
+        if deferred::queued() == 0 {
+            deferred::release(destroy);
+        } else {
+            // Queued frees may name this stream: it is destroyed after them.
+            deferred::enqueue(Box::new(destroy));
+        }
     }
+}
+
+/// `cuStreamIsCapturing` on a raw handle.
+pub(crate) fn raw_capture_status(raw: sys::CUstream) -> Result<CaptureStatus> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    check(
+        // SAFETY: `status` is a valid out-pointer; the caller's stream is live.
+        unsafe { sys::cuStreamIsCapturing(raw, &mut status) },
+        "cuStreamIsCapturing",
+    )?;
+    Ok(CaptureStatus::from_raw(status))
 }
 
 /// A stream someone else owns: the per-thread or legacy default stream, or one made by another
@@ -233,7 +292,10 @@ impl BorrowedStream<'_> {
     /// # Safety
     ///
     /// `raw` is a stream of `device`'s primary context (or a special handle such as
-    /// `CU_STREAM_PER_THREAD`) that stays live for the lifetime `'a` chosen by the caller.
+    /// `CU_STREAM_PER_THREAD`) that stays live for the lifetime `'a` chosen by the caller, and,
+    /// if a [`StreamAllocation`](crate::StreamAllocation) on it is dropped while it captures,
+    /// until the free the crate then queues on it has run (after the capture ends; see
+    /// [`flush_deferred`](crate::flush_deferred)).
     pub unsafe fn from_raw<'a>(raw: sys::CUstream, device: &Device) -> BorrowedStream<'a> {
         BorrowedStream {
             raw,

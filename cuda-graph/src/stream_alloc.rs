@@ -2,27 +2,88 @@
 //! capturing). Inside a capture, use [`Capture::malloc_async`](crate::Capture::malloc_async):
 //! that becomes an alloc node.
 
-use crate::error::{Error, Result, check};
-use crate::memory::DeviceAddress;
-use crate::pool::MemPool;
-use crate::stream::{AsStream, CaptureStatus};
-use crate::sys;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 
-/// Memory allocated in stream order on a stream, freed in stream order on the same stream when
-/// dropped or by [`free_async`](StreamAllocation::free_async). The stream outlives it.
+use crate::deferred;
+use crate::device::Device;
+use crate::error::{Error, Result, check};
+use crate::memory::{DeviceAddress, Owner, sealed};
+use crate::pool::MemPool;
+use crate::stream::{AsStream, CaptureStatus, raw_capture_status};
+use crate::sys;
+use crate::uses::StreamUses;
+
+/// The memory of a [`StreamAllocation`], shared with the graphs whose nodes refer to it.
 ///
-/// Dropping it while its stream is capturing would capture the free into the graph (the trap
-/// other wrappers fell into); the free is deferred instead and queued on the stream when the
-/// capture ends through this crate's [`Capture`](crate::Capture). Work captured into a graph
-/// must not use a stream allocation that is freed before the graph's launches finish: keep it
-/// alive as long as the executable graph runs, or allocate inside the capture.
+/// Freed in stream order after every use the crate knows of: by its handle on its own stream
+/// when nothing else holds it, otherwise by the last holder on the device's private stream,
+/// after the events of every use (its own stream's included, recorded when the handle let go).
 #[derive(Debug)]
-pub struct StreamAllocation<'s, S: AsStream> {
+pub struct StreamMemory {
     ptr: sys::CUdeviceptr,
     bytes: usize,
-    stream: &'s S,
-    freed: bool,
+    device: Device,
+    uses: Mutex<StreamUses>,
+    freed: AtomicBool,
     _tracked: crate::track::Tracked,
+}
+
+impl StreamMemory {
+    /// Stream work using it was queued on `stream`.
+    pub(crate) fn note_stream_use(&self, stream: &impl AsStream) -> Result<()> {
+        if stream.capture_status()? != CaptureStatus::None {
+            // Captured work runs in a graph launch; the graph keeps the memory alive.
+            return Ok(());
+        }
+        let id = stream.stream_id()?;
+        let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
+        uses.note(&self.device, stream, id)
+    }
+}
+
+impl Drop for StreamMemory {
+    fn drop(&mut self) {
+        if self.freed.load(Ordering::Acquire) {
+            return;
+        }
+        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let (ptr, device) = (self.ptr, self.device.clone());
+        deferred::release(move || {
+            let result = device.reaper_stream().and_then(|reaper| {
+                uses.wait_on(reaper, None)?;
+                // SAFETY: from cuMemAllocAsync, freed once, after every known use; the reaper
+                // stream never captures.
+                check(
+                    unsafe { sys::cuMemFreeAsync(ptr, reaper) },
+                    "cuMemFreeAsync",
+                )
+            });
+            if let Err(e) = result {
+                device.record_drop_error(e);
+            }
+            true
+        });
+    }
+}
+
+/// Memory allocated in stream order on a stream, freed in stream order when dropped or by
+/// [`free_async`](StreamAllocation::free_async). The stream outlives the handle.
+///
+/// The free waits for everything the crate knows uses it: work on its own stream, kernels
+/// launched on other streams with it as an argument, and graphs whose nodes refer to it (they
+/// keep it allocated until their last launch is done). Dropped while its stream captures, the
+/// free is not captured: it is put off until the capture ends. On the per-thread default stream
+/// ([`BorrowedStream::per_thread`](crate::BorrowedStream::per_thread)) the handle belongs to the
+/// thread that made it; dropped on another thread, the free first waits for the whole device
+/// (`cuCtxSynchronize`), the only order that thread can see.
+#[derive(Debug)]
+pub struct StreamAllocation<'s, S: AsStream> {
+    memory: Option<Arc<StreamMemory>>,
+    stream: &'s S,
+    /// The thread that made it, when its stream is the per-thread default stream.
+    per_thread_of: Option<ThreadId>,
 }
 
 impl<'s, S: AsStream> StreamAllocation<'s, S> {
@@ -61,60 +122,137 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
         let mut ptr = 0;
         check(f(&mut ptr), call)?;
         Ok(StreamAllocation {
-            ptr,
-            bytes,
+            memory: Some(Arc::new(StreamMemory {
+                ptr,
+                bytes,
+                device: stream.device().clone(),
+                uses: Mutex::new(StreamUses::default()),
+                freed: AtomicBool::new(false),
+                _tracked: crate::track::Tracked::new(crate::track::Kind::StreamAllocation),
+            })),
             stream,
-            freed: false,
-            _tracked: crate::track::Tracked::new(crate::track::Kind::StreamAllocation),
+            per_thread_of: (stream.as_raw_stream() == sys::CU_STREAM_PER_THREAD)
+                .then(|| std::thread::current().id()),
         })
     }
 
-    /// Frees it on its stream now (`cuMemFreeAsync`), after the work queued there.
+    /// Frees it on its stream now (`cuMemFreeAsync`), after the work queued there and every
+    /// other use the crate knows of; while the stream captures, or a graph still refers to it,
+    /// the free is put off as on drop.
     pub fn free_async(mut self) -> Result<()> {
-        let capturing = self.stream.capture_status()? != CaptureStatus::None;
-        self.freed = true;
-        if capturing {
-            self.stream
-                .device()
-                .defer_free(self.ptr, self.stream.as_raw_stream());
-            return Ok(());
-        }
-        check(
-            // SAFETY: the address came from cuMemAllocAsync and is freed once.
-            unsafe { sys::cuMemFreeAsync(self.ptr, self.stream.as_raw_stream()) },
-            "cuMemFreeAsync",
-        )
+        self.let_go()
     }
 
     /// The stream it is ordered on.
     pub fn stream(&self) -> &'s S {
         self.stream
     }
+
+    fn memory(&self) -> &Arc<StreamMemory> {
+        self.memory
+            .as_ref()
+            .expect("present until the handle lets go")
+    }
+
+    /// Frees the memory on its stream if nothing else holds it, or leaves the free to the last
+    /// holder after recording this stream's last use; put off while the stream captures or a
+    /// registered capture forbids releases.
+    fn let_go(&mut self) -> Result<()> {
+        let Some(mut memory) = self.memory.take() else {
+            return Ok(());
+        };
+        let raw = self.stream.as_raw_stream();
+        let other_thread = self
+            .per_thread_of
+            .is_some_and(|t| t != std::thread::current().id());
+        if deferred::release_allowed() && let_go_on(&mut memory, raw, other_thread)? {
+            return Ok(());
+        }
+        let raw = raw as usize;
+        let mut memory = Some(memory);
+        deferred::enqueue(Box::new(move || {
+            let Some(mut m) = memory.take() else {
+                return true;
+            };
+            match let_go_on(&mut m, raw as sys::CUstream, other_thread) {
+                Ok(false) => {
+                    memory = Some(m);
+                    false
+                }
+                Ok(true) => true,
+                Err(e) => {
+                    m.device.record_drop_error(e);
+                    true
+                }
+            }
+        }));
+        Ok(())
+    }
+}
+
+/// One attempt of [`StreamAllocation::let_go`] on stream `raw`: `Ok(false)` while it captures.
+/// On `Ok(true)` the caller drops `memory`.
+fn let_go_on(
+    memory: &mut Arc<StreamMemory>,
+    raw: sys::CUstream,
+    other_thread: bool,
+) -> Result<bool> {
+    if raw_capture_status(raw)? != CaptureStatus::None {
+        return Ok(false);
+    }
+    memory.device.bind()?;
+    if other_thread {
+        // The per-thread stream of another thread: nothing this thread can queue is ordered
+        // after its work but the whole device. Then the last holder frees it (StreamMemory's
+        // drop), after the other known uses.
+        // SAFETY: the context is current; no registered capture forbids it (the caller checked).
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+        return Ok(true);
+    }
+    let mut id = 0;
+    // SAFETY: `id` is a valid out-pointer; the stream is live and not capturing.
+    check(unsafe { sys::cuStreamGetId(raw, &mut id) }, "cuStreamGetId")?;
+    let device = memory.device.clone();
+    match Arc::get_mut(memory) {
+        Some(m) => {
+            let uses = m.uses.get_mut().unwrap_or_else(|e| e.into_inner());
+            uses.wait_on(raw, Some(id))?;
+            // SAFETY: from cuMemAllocAsync, freed once (marked below), in order on its stream
+            // after every other known use.
+            check(unsafe { sys::cuMemFreeAsync(m.ptr, raw) }, "cuMemFreeAsync")?;
+            m.freed.store(true, Ordering::Release);
+        }
+        None => {
+            // A graph still holds it: its free, by the last holder, waits for this stream too.
+            // SAFETY: `raw` is the allocation's live stream, of `device`.
+            let stream = unsafe { crate::stream::BorrowedStream::from_raw(raw, &device) };
+            let mut uses = memory.uses.lock().unwrap_or_else(|e| e.into_inner());
+            uses.note(&device, &stream, id)?;
+        }
+    }
+    Ok(true)
+}
+
+impl<S: AsStream> sealed::Sealed for StreamAllocation<'_, S> {
+    fn owner(&self) -> Owner<'_> {
+        Owner::Stream(self.memory())
+    }
 }
 
 impl<S: AsStream> DeviceAddress for StreamAllocation<'_, S> {
     fn device_ptr(&self) -> sys::CUdeviceptr {
-        self.ptr
+        self.memory().ptr
     }
     fn byte_len(&self) -> usize {
-        self.bytes
+        self.memory().bytes
     }
 }
 
 impl<S: AsStream> Drop for StreamAllocation<'_, S> {
     fn drop(&mut self) {
-        if self.freed {
-            return;
-        }
-        match self.stream.capture_status() {
-            Ok(CaptureStatus::None) => {
-                // SAFETY: the address came from cuMemAllocAsync and is freed once, in order.
-                let _ = unsafe { sys::cuMemFreeAsync(self.ptr, self.stream.as_raw_stream()) };
-            }
-            _ => self
-                .stream
-                .device()
-                .defer_free(self.ptr, self.stream.as_raw_stream()),
+        let device = self.stream.device().clone();
+        if let Err(e) = self.let_go() {
+            device.record_drop_error(e);
         }
     }
 }

@@ -15,6 +15,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef int CUresult;
@@ -45,8 +46,76 @@ CUresult cuDeviceGetName(char *name, int len, int d)
     return 0;
 }
 
+/* User objects, as the driver keeps them: a reference count and a destructor run when it
+ * reaches zero. Graphs and executable graphs hold references (one object each at most, as the
+ * safe layer uses them); destroying them releases theirs. */
+typedef void (*destroy_fn)(void *);
+struct user_object { destroy_fn destroy; void *data; int refs; };
+enum { MAX_HOLDERS = 1 << 14 };
+static struct { void *holder; struct user_object *object; } holders[MAX_HOLDERS];
+static int holders_lock;
+static void lock(void) { while (__atomic_exchange_n(&holders_lock, 1, __ATOMIC_ACQUIRE)) {} }
+static void unlock(void) { __atomic_store_n(&holders_lock, 0, __ATOMIC_RELEASE); }
+static void release_object(struct user_object *o, int count)
+{
+    if (__atomic_sub_fetch(&o->refs, count, __ATOMIC_ACQ_REL) == 0) {
+        o->destroy(o->data);
+        free(o);
+    }
+}
+static void hold(void *holder, struct user_object *o)
+{
+    lock();
+    for (size_t i = 0; i < MAX_HOLDERS; i++)
+        if (!holders[i].holder) { holders[i].holder = holder; holders[i].object = o; break; }
+    unlock();
+}
+static struct user_object *held_by(void *holder, int remove)
+{
+    struct user_object *o = NULL;
+    lock();
+    for (size_t i = 0; i < MAX_HOLDERS; i++)
+        if (holders[i].holder == holder) {
+            o = holders[i].object;
+            if (remove) holders[i].holder = NULL;
+            break;
+        }
+    unlock();
+    return o;
+}
+static void drop_holder(void *holder)
+{
+    struct user_object *o;
+    while ((o = held_by(holder, 1)))
+        release_object(o, 1);
+}
+CUresult cuUserObjectCreate(void **out, void *data, destroy_fn destroy, unsigned count, unsigned flags)
+{
+    (void)flags;
+    struct user_object *o = malloc(sizeof *o);
+    if (!o) return 2;
+    o->destroy = destroy; o->data = data; o->refs = (int)count;
+    *out = o;
+    return 0;
+}
+CUresult cuUserObjectRelease(void *o, unsigned count) { release_object(o, (int)count); return 0; }
+CUresult cuGraphRetainUserObject(void *g, void *o, unsigned count, unsigned flags)
+{
+    struct user_object *obj = o;
+    if (!(flags & 1)) __atomic_add_fetch(&obj->refs, (int)count, __ATOMIC_ACQ_REL);
+    hold(g, obj);
+    return 0;
+}
+CUresult cuGraphReleaseUserObject(void *g, void *o, unsigned count)
+{
+    (void)count;
+    if (held_by(g, 1) == o) release_object(o, 1);
+    return 0;
+}
+CUresult cuStreamGetId(void *s, unsigned long long *id) { *id = (unsigned long long)(uintptr_t)s; return 0; }
+
 CUresult cuGraphCreate(void **g, unsigned flags) { (void)flags; *g = handle(); return 0; }
-CUresult cuGraphDestroy(void *g) { (void)g; return 0; }
+CUresult cuGraphDestroy(void *g) { drop_holder(g); return 0; }
 
 /* CUDA_MEM_ALLOC_NODE_PARAMS: CUmemPoolProps (88 bytes), accessDescs, accessDescCount,
  * bytesize, then dptr. */
@@ -72,11 +141,16 @@ CUresult cuGraphAddMemFreeNode(void **n, void *g, void *deps, size_t count, unsi
 }
 CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long flags)
 {
-    (void)g; (void)flags;
+    (void)flags;
     *e = handle();
+    struct user_object *o = held_by(g, 0);
+    if (o) {
+        __atomic_add_fetch(&o->refs, 1, __ATOMIC_ACQ_REL);
+        hold(*e, o);
+    }
     return 0;
 }
-CUresult cuGraphExecDestroy(void *e) { (void)e; return 0; }
+CUresult cuGraphExecDestroy(void *e) { drop_holder(e); return 0; }
 CUresult cuGraphAddEmptyNode(void **n, void *g, void *deps, size_t count)
 {
     (void)g; (void)deps; (void)count;

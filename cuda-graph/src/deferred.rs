@@ -1,0 +1,201 @@
+//! Releases the crate puts off, the captures that make it put them off, and the record of
+//! driver errors met in `Drop`.
+//!
+//! A release (a free, an unload, a destroy) cannot always run when its owner drops:
+//! - **a capture forbids it.** While a capture is active in `CU_STREAM_CAPTURE_MODE_GLOBAL`,
+//!   "potentially unsafe" calls such as `cuMemFree` fail on every thread, and on the capturing
+//!   thread in `THREAD_LOCAL` mode too; a stream-ordered free on a stream that takes part in a
+//!   capture would be captured into the graph instead of running. The crate knows the captures
+//!   it began ([`Capture`](crate::Capture) registers them here) and queues such releases until
+//!   they end. Captures begun by other code are not known: a release that then fails is recorded
+//!   ([`Device::drop_errors`](crate::Device::drop_errors)), not retried.
+//! - **the driver still needs it.** What the nodes of an executable graph refer to is released
+//!   by a CUDA user object's destructor once the driver is done with every launch
+//!   ([`crate::graph`]); that destructor runs on a driver thread, which must not call CUDA, so
+//!   it only queues the release.
+//!
+//! The queue is one per process, whatever `Device` handle queued a job (each job holds its own
+//! device). It is worked through when the last registered capture ends, at stream, event and
+//! device synchronization, instantiation, trim, when an executable graph or stream is dropped,
+//! and by [`flush_deferred`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+use crate::error::Error;
+
+/// A queued release: returns `true` once done, `false` to stay queued (its stream still
+/// captures). Runs only when no registered capture forbids releases.
+pub(crate) type Job = Box<dyn FnMut() -> bool + Send>;
+
+static QUEUE: Mutex<Vec<Job>> = Mutex::new(Vec::new());
+/// `QUEUE.len()`, readable without the lock (a flush point that finds 0 costs one load).
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How a registered capture restricts other calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Restricts {
+    /// Global mode: every thread.
+    AllThreads,
+    /// Thread-local mode: the thread that began it.
+    Thread(ThreadId),
+    /// Relaxed mode: nothing.
+    Nothing,
+}
+
+/// A capture begun through this crate and not yet ended.
+#[derive(Debug)]
+struct Registered {
+    /// The capturing (origin) stream's handle.
+    stream: usize,
+    /// The driver's capture id.
+    id: u64,
+    restricts: Restricts,
+}
+
+static CAPTURES: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
+/// `CAPTURES.len()`, readable without the lock.
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers a capture that began on `stream` with the driver's capture `id`.
+pub(crate) fn capture_began(stream: usize, id: u64, restricts: Restricts) {
+    let mut captures = lock(&CAPTURES);
+    captures.push(Registered {
+        stream,
+        id,
+        restricts,
+    });
+    ACTIVE.store(captures.len(), Ordering::Release);
+}
+
+/// Unregisters the capture `id`; returns whether it was registered. Flushes the queue when no
+/// capture restricts releases any longer.
+pub(crate) fn capture_ended(id: u64) -> bool {
+    let found = {
+        let mut captures = lock(&CAPTURES);
+        let before = captures.len();
+        captures.retain(|c| c.id != id);
+        ACTIVE.store(captures.len(), Ordering::Release);
+        captures.len() != before
+    };
+    flush_if_queued();
+    found
+}
+
+/// The id of the registered capture whose origin stream is `stream`, if any.
+pub(crate) fn capture_on(stream: usize) -> Option<u64> {
+    if ACTIVE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    lock(&CAPTURES)
+        .iter()
+        .find(|c| c.stream == stream)
+        .map(|c| c.id)
+}
+
+/// Whether a release may run on this thread now: no registered capture restricts it.
+pub(crate) fn release_allowed() -> bool {
+    if ACTIVE.load(Ordering::Acquire) == 0 {
+        return true;
+    }
+    let me = std::thread::current().id();
+    !lock(&CAPTURES).iter().any(|c| match c.restricts {
+        Restricts::AllThreads => true,
+        Restricts::Thread(t) => t == me,
+        Restricts::Nothing => false,
+    })
+}
+
+/// Runs `job` now if releases are allowed and it completes; queues it otherwise.
+pub(crate) fn release(mut job: impl FnMut() -> bool + Send + 'static) {
+    if release_allowed() && job() {
+        return;
+    }
+    enqueue(Box::new(job));
+}
+
+/// Queues `job` without trying it (for callers that must not call CUDA, such as user-object
+/// destructors on driver threads).
+pub(crate) fn enqueue(job: Job) {
+    let mut queue = lock(&QUEUE);
+    queue.push(job);
+    QUEUED.store(queue.len(), Ordering::Release);
+}
+
+/// How many jobs are queued.
+pub(crate) fn queued() -> usize {
+    QUEUED.load(Ordering::Acquire)
+}
+
+/// Works through the queue if anything is queued (one atomic load otherwise).
+#[inline]
+pub(crate) fn flush_if_queued() {
+    if QUEUED.load(Ordering::Acquire) != 0 {
+        flush_deferred();
+    }
+}
+
+/// Runs the releases the crate put off (see the module docs of this crate's "Safety model")
+/// and returns how many are still waiting: those a capture still forbids, or whose stream
+/// still captures. The crate calls it itself at every natural point (end of a capture,
+/// synchronization, instantiation, drops of executable graphs and streams); call it to release
+/// memory at a moment of your choosing, or in a leak test.
+pub fn flush_deferred() -> usize {
+    if !release_allowed() {
+        return QUEUED.load(Ordering::Acquire);
+    }
+    // Taken out of the lock: a job may drop values whose own release queues more jobs.
+    let jobs = std::mem::take(&mut *lock(&QUEUE));
+    QUEUED.store(0, Ordering::Release);
+    let mut waiting: Vec<Job> = Vec::new();
+    for mut job in jobs {
+        if !job() {
+            waiting.push(job);
+        }
+    }
+    let mut queue = lock(&QUEUE);
+    if !waiting.is_empty() {
+        // Jobs queued meanwhile go after the older ones.
+        waiting.append(&mut queue);
+        *queue = waiting;
+    }
+    QUEUED.store(queue.len(), Ordering::Release);
+    queue.len()
+}
+
+/// Driver errors met in `Drop` on one device: the count, and the last one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DropErrors {
+    /// How many errors were recorded since the process started (or the last
+    /// [`Device::take_drop_errors`](crate::Device::take_drop_errors)).
+    pub count: u64,
+    /// The most recent error.
+    pub last: Option<Error>,
+}
+
+static DROP_ERRORS: Mutex<Vec<DropErrors>> = Mutex::new(Vec::new());
+
+/// Records `error`, met while dropping something of device `ordinal`.
+pub(crate) fn record_drop_error(ordinal: usize, error: Error) {
+    let mut all = lock(&DROP_ERRORS);
+    if all.len() <= ordinal {
+        all.resize(ordinal + 1, DropErrors::default());
+    }
+    all[ordinal].count += 1;
+    all[ordinal].last = Some(error);
+}
+
+/// The errors recorded for device `ordinal`; with `take`, also clears them.
+pub(crate) fn drop_errors(ordinal: usize, take: bool) -> DropErrors {
+    let mut all = lock(&DROP_ERRORS);
+    match all.get_mut(ordinal) {
+        Some(e) if take => std::mem::take(e),
+        Some(e) => e.clone(),
+        None => DropErrors::default(),
+    }
+}
