@@ -77,9 +77,17 @@ impl<S: AsStream> std::fmt::Debug for Capture<'_, S> {
 }
 
 impl<'s, S: AsStream> Capture<'s, S> {
-    /// Begins capturing `stream` (`cuStreamBeginCapture`).
+    /// Begins capturing `stream` (`cuStreamBeginCapture`). A stream that already captures
+    /// (its own capture, or another's it was forked into) is refused before the driver is
+    /// called: a second `cuStreamBeginCapture` fails and can disturb the capture in progress.
     pub fn begin(stream: &'s S, mode: CaptureMode) -> Result<Capture<'s, S>> {
         stream.device().bind()?;
+        if stream.capture_status()? != CaptureStatus::None {
+            return Err(Error::invalid(
+                "cuStreamBeginCapture",
+                "the stream is already capturing; end that capture first",
+            ));
+        }
         check(
             // SAFETY: the stream is live.
             unsafe { sys::cuStreamBeginCapture(stream.as_raw_stream(), mode.raw()) },

@@ -87,6 +87,80 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Safety model
+//!
+//! A safe function of this crate never lets the GPU or the host touch memory its owner has
+//! freed, never hands Rust an invalid value, and never loses memory or a driver error, whatever
+//! safe code does: drop things early, `mem::forget` guards, move values across threads, use the
+//! per-thread default stream, pass odd sizes. Kernel launches are `unsafe` only because kernel
+//! arguments are untyped at the ABI. The invariants, and the tests that show them (in
+//! `tests/tests/soundness.rs` unless named otherwise; each failed before its fix):
+//!
+//! **Ownership follows the GPU.** Whatever a node, a captured call or a launch refers to stays
+//! allocated until the GPU can no longer touch it. A [`Graph`] keeps, in one list, the
+//! [`Function`]'s module of every kernel node, the memory of every [`DeviceAddress`] operand
+//! (memset, memcpy, kernel arguments passed with [`KernelArgs::ptr`]), every allocation of its
+//! alloc nodes, host closures, events, and child graphs' lists; [`Capture`] keeps the same for
+//! captured calls. At its first instantiation the graph retains a CUDA user object holding that
+//! list, so every [`ExecGraph`] made from it holds it too; the driver releases it only after the
+//! executable graph is destroyed and its last launch is done (CUDA defers `cuGraphExecDestroy`
+//! for launches in flight, and so the list). Shared ownership was chosen over lifetimes because
+//! an executable graph outlives the borrow of anything it was built from, and a launch outlives
+//! the executable graph. Safe functions that hand an address, handle or closure to the driver,
+//! and what keeps it valid:
+//!
+//! | function | handed to the driver | kept by | test |
+//! |---|---|---|---|
+//! | [`Graph::add_memset_node`], [`Graph::add_memcpy_node`] | device addresses | the graph's list | `memset_node_keeps_its_device_buffer_alive`, `memset_node_keeps_its_stream_allocation_alive`, `memcpy_node_keeps_its_source_and_destination_alive` |
+//! | [`Graph::add_kernel_node`], [`Capture::launch`] (unsafe: argument types) | function, argument addresses | the list | `kernel_node_keeps_its_module_loaded`, `captured_launch_keeps_its_module_loaded` |
+//! | [`Graph::add_host_node`] | a closure | the list | `host_node_closure_lives_until_the_driver_is_done_with_it` |
+//! | [`Graph::add_event_record_node`], [`Graph::add_event_wait_node`] | an event | the list | `tests/safe_outside.rs` |
+//! | [`Graph::add_child_graph_node`] | a child graph | the driver's copy, and the child's list | `tests/safe_explicit.rs` |
+//! | [`Graph::add_mem_alloc_node`], [`Capture::malloc_async`] | an address fixed for the graph's life | the list; a second instantiation is refused while it is live | `second_instantiation_never_remaps_a_live_allocation` |
+//! | [`GraphAllocation::free_async`], [`Capture::free_async`], free nodes | a free | ordered after every known use (below) | `free_async_waits_for_a_queued_consumer_on_another_stream`, `relaunch_on_another_stream_keeps_a_pending_kernel_use`, `per_thread_stream_uses_from_two_threads_are_both_waited_for` |
+//! | [`StreamAllocation`] | a stream-ordered free | its handle or the last graph holding it | `stream_allocation_drop_waits_for_a_graph_on_another_stream`, `stream_allocation_dropped_in_a_thread_local_capture_of_the_per_thread_stream_is_freed` |
+//! | [`DeviceBuffer`] | `cuMemFree` | its handle or the last graph holding it | `memset_node_keeps_its_device_buffer_alive` |
+//! | [`Stream`], [`Event`], [`Module`], [`MemPool`], [`ExecGraph`], [`Graph`] drops | destroys | each value; queued while a capture forbids it | `device_buffers_dropped_during_another_threads_global_capture_are_freed`, `stream_dropped_during_a_capture_does_not_free_into_it`, `last_exec_graph_dropped_inside_a_global_capture_keeps_the_capture_and_frees`, `deferred_frees_belong_to_the_device_not_the_handle` |
+//!
+//! **Order is enforced or refused, never assumed.** Uses of a graph allocation outside its
+//! graph are recorded per real stream: the driver's stream id (`cuStreamGetId`), so the
+//! per-thread default stream is a different stream on each thread. Stream work
+//! ([`Function::launch`]) and graph launches that use a live allocation wait for the launch
+//! that allocated it when it ran on another stream, and refuse one that is not live; every free
+//! ([`GraphAllocation::free_async`], another graph's free node, an AutoFreeOnLaunch relaunch,
+//! the RAII free) waits for every recorded use; a [`StreamAllocation`] waits the same way for
+//! kernels launched on other streams. What the crate cannot see: addresses passed as plain
+//! values ([`KernelArgs::value`]), work queued through raw handles or other libraries, and
+//! kernels that hand addresses to other kernels. [`Capture::launch_on`] and [`Capture::join`]
+//! refuse a stream that is not capturing into the capture
+//! (`capture_launch_on_a_stream_outside_the_capture_is_refused`), and [`Capture::begin`] a
+//! stream that already captures (`first_capture_writes_its_output_after_a_refused_second_begin`).
+//! A consumer launched on another stream after its producer waits for it
+//! (`consumer_on_another_stream_reads_the_producers_data`).
+//!
+//! **Releases never disturb a capture, and none is lost.** While a capture begun through this
+//! crate is active in `Global` mode (any thread) or `ThreadLocal` mode (its thread), frees,
+//! unloads and destroys are queued instead of failing or being captured, and run when the
+//! capture ends (or at [`flush_deferred`]); the queue is one per process. A stream-ordered
+//! free on a stream that captures waits for the capture to end; a [`Stream`] dropped meanwhile
+//! is destroyed after it. Captures begun by other code are not known: a release that then fails
+//! is recorded, not retried. A forgotten [`Capture`] guard leaves its stream capturing until the
+//! [`Stream`] drops, which ends the capture and records [`Error::CaptureLeftOpen`]
+//! (`forgotten_capture_is_ended_when_its_stream_drops`).
+//!
+//! **No error is dropped.** Driver errors met in `Drop` are counted per device, with the last
+//! one: [`Device::drop_errors`]. The GPU suite asserts the record stays empty.
+//!
+//! **Bits are validated; sizes are checked.** Device memory is read back only as
+//! [`bytemuck::Pod`] types (`DeviceBuffer<&T>`, `<bool>`, `<char>` do not compile:
+//! `tests/compile-fail/device_buffer_of_*`); every size product on a path to the driver is
+//! checked (`memset_node_word_count_overflow_is_an_error`); an allocation of the device's whole memory or
+//! more is refused (`alloc_node_of_the_whole_device_memory_is_refused`; sums across graphs are
+//! the driver's to refuse, at launch).
+//!
+//! **Untrusted text stays text.** Labels and names are escaped in DOT output
+//! (`tests/dot_stub.rs`).
+//!
 //! # Footprint
 //!
 //! [`Device::graph_mem_info`] returns the four graph-memory attributes as one value that prints
