@@ -12,7 +12,7 @@ use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::{Event, EventFlags};
 use crate::few::Few;
-use crate::graph::{Graph, Keep, MemOp, NodeKind, next_graph_id};
+use crate::graph::{Graph, KeepList, MemOp, NodeKind, next_graph_id};
 use crate::idmap::IdMap;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pool::MemPool;
@@ -57,7 +57,7 @@ pub struct Capture<'s, S: AsStream> {
     /// The driver's id of this capture: streams forked into it report the same.
     capture_id: u64,
     /// What the captured nodes refer to, kept alive with the graph.
-    keep: RefCell<Vec<Keep>>,
+    keep: Arc<KeepList>,
     /// The nodes this guard's calls captured, as the stream's capture reported them: reading
     /// the graph back needs no driver call for them.
     captured: RefCell<Vec<(sys::CUgraphNode, Captured)>>,
@@ -116,11 +116,17 @@ impl<'s, S: AsStream> Capture<'s, S> {
             CaptureMode::ThreadLocal => Restricts::Thread(std::thread::current().id()),
             CaptureMode::Relaxed => Restricts::Nothing,
         };
-        deferred::capture_began(stream.as_raw_stream() as usize, capture_id, restricts);
+        let keep = Arc::new(KeepList::default());
+        deferred::capture_began(
+            stream.as_raw_stream() as usize,
+            capture_id,
+            restricts,
+            keep.clone(),
+        );
         Ok(Capture {
             stream,
             capture_id,
-            keep: RefCell::new(Vec::new()),
+            keep,
             id: next_graph_id(),
             captured: RefCell::new(Vec::new()),
             unmatched_allocations: RefCell::new(Vec::new()),
@@ -174,7 +180,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         let mut ptr = 0;
         check(f(&mut ptr), call)?;
         let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
-        self.keep.borrow_mut().push(allocation.keep());
+        self.keep.push(allocation.keep());
         match last_captured_node(self.stream)? {
             Some(node) => self
                 .captured
@@ -191,7 +197,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// `cuMemFreeAsync` on the capturing stream: becomes a free node, ordered after the captured
     /// work before it. `allocation` may come from this capture or from another graph (G.3.3).
     pub fn free_async(&self, allocation: &GraphAllocation) -> Result<()> {
-        self.keep.borrow_mut().push(allocation.keep());
+        self.keep.push(allocation.keep());
         check(
             // SAFETY: the stream is capturing; the driver validates the address.
             unsafe { sys::cuMemFreeAsync(allocation.ptr(), self.stream.as_raw_stream()) },
@@ -260,11 +266,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
         // SAFETY: the caller upholds the launch contract; the stream captures, so the launch
         // becomes a node that the graph orders and keeps alive.
         unsafe { function.launch_raw(stream, config, args) }?;
-        {
-            let mut keep = self.keep.borrow_mut();
-            keep.push(function.keep());
-            keep.extend(args.keeps());
-        }
+        self.keep.push(function.keep());
+        self.keep.extend(args.keeps());
         if let Some(node) = last_captured_node(stream)? {
             let uses = args.graph_allocations().cloned().collect();
             self.captured
@@ -331,7 +334,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
                 &self.unmatched_frees.borrow(),
             )
         }?;
-        graph.keep.extend(self.keep.take());
+        graph.keep.take_from(&self.keep);
         Ok(graph)
     }
 }
@@ -365,7 +368,7 @@ pub fn capture<S: AsStream, T>(
 }
 
 /// The id of the capture `stream` takes part in (`cuStreamGetCaptureInfo`), or `None`.
-fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
+pub(crate) fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut id = 0;
     check(

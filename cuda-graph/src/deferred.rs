@@ -20,10 +20,11 @@
 //! and by [`flush_deferred`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use crate::error::Error;
+use crate::graph::KeepList;
 
 /// A queued release: returns `true` once done, `false` to stay queued (its stream still
 /// captures). Runs only when no registered capture forbids releases.
@@ -56,19 +57,24 @@ struct Registered {
     /// The driver's capture id.
     id: u64,
     restricts: Restricts,
+    /// What the captured nodes refer to: launches captured on any stream of this capture, also
+    /// through [`Function::launch`](crate::Function::launch), add to it.
+    keep: Arc<KeepList>,
 }
 
 static CAPTURES: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
 /// `CAPTURES.len()`, readable without the lock.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
-/// Registers a capture that began on `stream` with the driver's capture `id`.
-pub(crate) fn capture_began(stream: usize, id: u64, restricts: Restricts) {
+/// Registers a capture that began on `stream` with the driver's capture `id`, whose graph will
+/// keep `keep`.
+pub(crate) fn capture_began(stream: usize, id: u64, restricts: Restricts, keep: Arc<KeepList>) {
     let mut captures = lock(&CAPTURES);
     captures.push(Registered {
         stream,
         id,
         restricts,
+        keep,
     });
     ACTIVE.store(captures.len(), Ordering::Release);
 }
@@ -96,6 +102,20 @@ pub(crate) fn capture_on(stream: usize) -> Option<u64> {
         .iter()
         .find(|c| c.stream == stream)
         .map(|c| c.id)
+}
+
+/// Whether any capture is registered (one atomic load).
+#[inline]
+pub(crate) fn any_capture() -> bool {
+    ACTIVE.load(Ordering::Acquire) != 0
+}
+
+/// The keep list of the registered capture with the driver's capture `id`.
+pub(crate) fn capture_keep(id: u64) -> Option<Arc<KeepList>> {
+    lock(&CAPTURES)
+        .iter()
+        .find(|c| c.id == id)
+        .map(|c| c.keep.clone())
 }
 
 /// Whether a release may run on this thread now: no registered capture restricts it.

@@ -122,6 +122,12 @@ pub(crate) type Keep = Arc<dyn std::any::Any + Send + Sync>;
 #[derive(Default)]
 pub(crate) struct KeepList(Mutex<Vec<Keep>>);
 
+impl fmt::Debug for KeepList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeepList({} values)", self.lock().len())
+    }
+}
+
 impl KeepList {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Keep>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())

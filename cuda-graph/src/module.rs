@@ -167,8 +167,10 @@ impl Function {
     ///
     /// `args` matches the kernel's parameters in number, order and type, and every address in it
     /// is valid for the accesses the kernel makes, for as long as the kernel runs: for memory
-    /// passed with [`KernelArgs::ptr`] outside a capture the crate ensures it (above); for
-    /// addresses passed as plain values, the caller does.
+    /// passed with [`KernelArgs::ptr`] the crate ensures it (above; in a capture begun through
+    /// [`Capture`], the captured graph keeps the module and that memory); for addresses passed
+    /// as plain values, and for everything a launch captured by a capture that other code
+    /// began refers to (the module included), the caller does.
     pub unsafe fn launch(
         &self,
         stream: &impl AsStream,
@@ -176,6 +178,18 @@ impl Function {
         args: &KernelArgs,
     ) -> Result<()> {
         self.device().bind()?;
+        if deferred::any_capture() {
+            // A launch captured into a capture of this crate, made without its guard: the
+            // captured graph keeps the module and the arguments' memory all the same.
+            if let Some(id) = crate::capture::capture_id(stream.as_raw_stream())? {
+                if let Some(keep) = deferred::capture_keep(id) {
+                    keep.push(self.keep());
+                    keep.extend(args.keeps());
+                }
+                // SAFETY: the caller upholds the launch contract; the launch becomes a node.
+                return unsafe { self.launch_raw(stream, config, args) };
+            }
+        }
         if args.graph_allocations().next().is_none() {
             // SAFETY: the caller upholds the launch contract.
             unsafe { self.launch_raw(stream, config, args) }?;
