@@ -15,12 +15,14 @@
 //!   it only queues the release.
 //!
 //! The queue is one per process, whatever `Device` handle queued a job (each job holds its own
-//! device). It is worked through when the last registered capture ends, at stream, event and
-//! device synchronization, instantiation, trim, when an executable graph or stream is dropped,
-//! and by [`flush_deferred`].
+//! device). It is worked through when the last registered capture ends, at stream and device
+//! synchronization, instantiation, when an executable graph or stream is dropped, by
+//! [`flush_deferred`], and, for what user-object destructors queue, by the crate's release
+//! thread (`cuda-graph-release`, started at the first such release), which the destructor
+//! wakes: memory the driver is done with is not held until the program's next call.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::ThreadId;
 
 use crate::error::Error;
@@ -150,6 +152,38 @@ pub(crate) fn enqueue(job: Job) {
 /// How many jobs are queued.
 pub(crate) fn queued() -> usize {
     QUEUED.load(Ordering::Acquire)
+}
+
+/// Queues `job` from a driver thread (a user object's destructor) and wakes the release
+/// thread, which runs it as soon as no registered capture forbids it.
+pub(crate) fn enqueue_from_driver(job: Job) {
+    enqueue(job);
+    static WAKE: OnceLock<Option<Arc<(Mutex<bool>, Condvar)>>> = OnceLock::new();
+    let wake = WAKE.get_or_init(|| {
+        let wake = Arc::new((Mutex::new(false), Condvar::new()));
+        let theirs = wake.clone();
+        std::thread::Builder::new()
+            .name("cuda-graph-release".into())
+            .spawn(move || {
+                let (woken, signal) = &*theirs;
+                loop {
+                    let mut flag = lock(woken);
+                    while !*flag {
+                        flag = signal.wait(flag).unwrap_or_else(|e| e.into_inner());
+                    }
+                    *flag = false;
+                    drop(flag);
+                    flush_deferred();
+                }
+            })
+            .ok()
+            .map(|_| wake)
+    });
+    // Without the thread (it could not be started), the next flush point runs the job.
+    if let Some(wake) = wake {
+        *lock(&wake.0) = true;
+        wake.1.notify_one();
+    }
 }
 
 /// Works through the queue if anything is queued (one atomic load otherwise).

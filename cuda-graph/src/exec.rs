@@ -186,9 +186,9 @@ fn retain_keep(graph: &Graph) -> Result<()> {
         // SAFETY: `data` is the `Box<Arc<KeepList>>` leaked in `retain_keep`; the driver calls
         // this once, when the last reference is released.
         let keep = unsafe { Box::from_raw(data.cast::<Arc<KeepList>>()) };
-        // Driver thread: no CUDA here. The release runs at the crate's next flush point.
+        // Driver thread: no CUDA here. The crate's release thread runs the release.
         let mut keep = Some(keep);
-        deferred::enqueue(Box::new(move || {
+        deferred::enqueue_from_driver(Box::new(move || {
             drop(keep.take());
             true
         }));

@@ -455,6 +455,17 @@ fn host_node_closure_lives_until_the_driver_is_done_with_it() {
         1,
         "the host closure ran a wrong number of times"
     );
+    // Nor is it held forever: once the driver releases the executable graph's user object,
+    // the crate's release thread drops the closure without another call from the program.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !DROPPED.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        DROPPED.load(Ordering::SeqCst),
+        "the closure's state was still alive 5 s after its last launch completed"
+    );
+    assert_no_drop_errors(device);
 }
 
 /// A kernel node keeps its kernel's module loaded: the `Function` and the `Module` dropped
@@ -594,7 +605,15 @@ fn device_buffers_dropped_during_another_threads_global_capture_are_freed() {
         "{} of 4 buffers of 64 MiB dropped during another thread's global capture are still allocated after the capture ended: {still:?} (a lost cuMemFree)",
         still.len()
     );
-    // AFTER-FIX: assert that the device's drop-error record is empty.
+    assert_no_drop_errors(device);
+}
+
+/// Asserts that no driver error was met in `Drop` on `device` (the per-device record of
+/// `Device::drop_errors`).
+#[track_caller]
+fn assert_no_drop_errors(device: &Device) {
+    let errors = device.drop_errors();
+    assert_eq!(errors.count, 0, "errors in Drop: last {:?}", errors.last);
 }
 
 /// A `Stream` dropped while a capture is still running does not flush its deferred frees into
@@ -655,7 +674,7 @@ fn stream_dropped_during_a_capture_does_not_free_into_it() {
         "the stream allocation's free was lost: the default pool still uses {} more bytes",
         after as i64 - before as i64
     );
-    // AFTER-FIX: assert that the device's drop-error record is empty.
+    assert_no_drop_errors(device);
 }
 
 /// The last `ExecGraph` that holds a live graph allocation, dropped inside another stream's
@@ -713,7 +732,7 @@ fn last_exec_graph_dropped_inside_a_global_capture_keeps_the_capture_and_frees()
     );
     assert!(ended, "the global capture did not end successfully");
     assert_released(device, "the last ExecGraph dropped inside a global capture");
-    // AFTER-FIX: assert that the device's drop-error record is empty.
+    assert_no_drop_errors(device);
 }
 
 /// Deferred frees belong to the device, not to the `Device` handle that made them: a stream
@@ -788,8 +807,12 @@ fn forgotten_capture_is_ended_when_its_stream_drops() {
     })
     .map(|(graph, ())| graph);
     assert!(graph.is_ok(), "a new capture fails: {:?}", graph.err());
-    // AFTER-FIX: assert that the device's drop-error record holds one entry saying that
-    // dropping the stream ended a capture that was left open.
+    let errors = device.take_drop_errors();
+    assert_eq!(
+        (errors.count, errors.last),
+        (1, Some(cuda_graph::Error::CaptureLeftOpen)),
+        "dropping the stream must end the forgotten capture and record exactly that"
+    );
 }
 
 /// The variable that makes a process of this binary one run of
