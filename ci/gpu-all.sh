@@ -26,7 +26,9 @@ filter=()
 # Under a sanitizer, only the binaries that run GPU work (the others would only be slower).
 [ -n "${SANITIZE:-}" ] && filter=(-E 'binary(/^(seed_|safe_|misuse|stress|concurrency|lifetime_gpu)/)')
 OUT=$logs ci/gpu-run.sh "${filter[@]}" >"$logs/suite.txt" 2>&1 || status=1
-grep -E '^=== |Summary|FAIL|SKIP|test processes checked' "$logs/suite.txt"
+# gpu-run.sh ends with its summary: nextest's counts, failed, excluded and skipped tests by name,
+# the sanitizers' counts.
+sed -n '/^##### gpu-run summary/,$p' "$logs/suite.txt" | grep . || { tail -n 20 "$logs/suite.txt"; status=1; }
 
 echo "##### examples"
 OUT=$logs ci/gpu-examples.sh 13.0 >"$logs/examples.txt" 2>&1 || status=1

@@ -2,7 +2,8 @@
 //! against the very headers cuda-graph-sys used, which it publishes as `DEP_CUDA_INCLUDE`.
 //!
 //! Without toolkit headers (a build on pregenerated bindings), nothing is compiled and the cfg
-//! `cuda_graph_tests_no_abi_probe` tells `tests/abi.rs` to print why it skips.
+//! `cuda_graph_tests_no_abi_probe` tells `tests/abi.rs` to print why it skips (or to fail, under
+//! `CUDA_GRAPH_REQUIRE_ABI=1`).
 
 use std::env;
 use std::path::PathBuf;
@@ -91,7 +92,8 @@ fn main() {
 
 /// Compiles `stub-driver/null_cuda.c` into a shared library for `tests/record_stub.rs`, and tells
 /// the test where it is (`CUDA_GRAPH_TESTS_STUB_DRIVER`), or, when it could not be built, why
-/// (`CUDA_GRAPH_TESTS_STUB_DRIVER_ERROR`).
+/// (`CUDA_GRAPH_TESTS_STUB_DRIVER_ERROR`). It goes directly into `OUT_DIR`, the one level of it
+/// that a nextest archive carries, so that a packed suite finds it through `OUT_DIR` at run time.
 fn build_stub_driver() {
     let out = PathBuf::from(env::var("OUT_DIR").unwrap_or_default()).join("libnullcuda.so");
     let mut command = cc::Build::new().get_compiler().to_command();

@@ -12,6 +12,15 @@ use std::path::{Path, PathBuf};
 /// The CUDA versions whose bindings ship in `src/pregenerated/`.
 const PREGENERATED: [u32; 2] = [13000, 12090];
 
+/// With this variable set to 1, a build that would use the pregenerated bindings fails instead:
+/// where a toolkit was given on purpose (CI), a fallback would test other bindings than its own.
+const REQUIRE_BINDGEN_VAR: &str = "CUDA_GRAPH_REQUIRE_BINDGEN";
+
+/// Whether `CUDA_GRAPH_REQUIRE_BINDGEN=1` is set.
+fn bindgen_required() -> bool {
+    env::var(REQUIRE_BINDGEN_VAR).is_ok_and(|v| v.trim() == "1")
+}
+
 /// How the CUDA runtime reaches the binary.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Cudart {
@@ -54,6 +63,7 @@ fn run() -> Result<(), String> {
         "CUDA_GRAPH_PREGENERATED",
         "CUDA_GRAPH_CUDART",
         "CUDA_GRAPH_SYS_UPDATE_PREGENERATED",
+        REQUIRE_BINDGEN_VAR,
     ]) {
         println!("cargo::rerun-if-env-changed={var}");
     }
@@ -68,7 +78,7 @@ fn run() -> Result<(), String> {
     } else if let Some(v) = &forced {
         Err(format!("CUDA_GRAPH_PREGENERATED={v} is set"))
     } else {
-        toolkit::find()
+        toolkit::find(bindgen_required())
     };
 
     let wrapper = manifest.join("wrapper.h");
@@ -76,6 +86,12 @@ fn run() -> Result<(), String> {
         Ok(tk) => match generate::bindings(&tk, &wrapper, &out_dir) {
             Ok(text) => (text, tk.version, Some(tk), "bindgen"),
             Err(why) => {
+                if bindgen_required() {
+                    return Err(format!(
+                        "bindgen could not run against {} ({why}), and {REQUIRE_BINDGEN_VAR}=1 forbids falling back to the pregenerated bindings",
+                        tk.found_by
+                    ));
+                }
                 let version = pregenerated_version(forced.as_deref())?;
                 println!(
                     "cargo::warning=bindgen could not run against {} ({why}); using the pregenerated CUDA {} bindings",
@@ -92,6 +108,11 @@ fn run() -> Result<(), String> {
             }
         },
         Err(why) => {
+            if bindgen_required() {
+                return Err(format!(
+                    "{why}, and {REQUIRE_BINDGEN_VAR}=1 forbids falling back to the pregenerated bindings"
+                ));
+            }
             let version = pregenerated_version(forced.as_deref())?;
             if !docs_rs {
                 println!(

@@ -32,14 +32,17 @@ pub struct Toolkit {
     pub version: u32,
 }
 
-/// Finds a toolkit, or says where it looked.
-pub fn find() -> Result<Toolkit, String> {
+/// Finds a toolkit, or says where it looked. With `strict`, a root variable that is set but
+/// unusable is an error instead of a reason to look further: the toolkit found elsewhere would
+/// not be the one that was asked for.
+pub fn find(strict: bool) -> Result<Toolkit, String> {
     let mut tried = Vec::new();
     for var in ROOT_VARS {
         if let Some(value) = env::var_os(var).filter(|v| !v.is_empty()) {
             let root = PathBuf::from(value);
             match probe(&root, format!("{var}={}", root.display())) {
                 Ok(tk) => return Ok(tk),
+                Err(why) if strict => return Err(format!("{var} is set but unusable: {why}")),
                 Err(why) => {
                     println!("cargo::warning={var} is set but unusable: {why}");
                     tried.push(why);

@@ -2,22 +2,54 @@
 
 use cuda_graph_sys::{API_ALIASES, BINDINGS_SOURCE, CUDA_VERSION, CUresult, cudaError_t};
 
+/// Whether `CUDA_GRAPH_REQUIRE_BINDGEN=1` is set: a build on the pregenerated bindings fails (the
+/// build script refuses it), and so do the tests below if such a build reaches them anyway.
+fn bindgen_required() -> bool {
+    std::env::var("CUDA_GRAPH_REQUIRE_BINDGEN").is_ok_and(|v| v.trim() == "1")
+}
+
+/// Prints which headers and bindings this build used, as one line CI checks:
+/// `cuda-graph-sys build: CUDA_VERSION <n>, bindings <bindgen|pregenerated>, headers <dir>`.
+/// Under `CUDA_GRAPH_REQUIRE_BINDGEN=1`, fails unless the bindings came from bindgen.
+#[test]
+fn build_reports_its_headers_and_bindings() {
+    let include = env!("CUDA_GRAPH_SYS_INCLUDE");
+    let headers = if include.is_empty() { "none" } else { include };
+    println!(
+        "cuda-graph-sys build: CUDA_VERSION {CUDA_VERSION}, bindings {BINDINGS_SOURCE}, headers {headers}"
+    );
+    assert!(
+        !bindgen_required() || BINDINGS_SOURCE == "bindgen",
+        "CUDA_GRAPH_REQUIRE_BINDGEN=1 but this build used the {BINDINGS_SOURCE} bindings"
+    );
+}
+
 /// Where a toolkit is present, the build generated fresh bindings; the shipped file for the same
-/// version must be byte-for-byte the same (ci/gen-bindings.sh regenerates it).
+/// version must be byte-for-byte the same (ci/gen-bindings.sh regenerates it). Without fresh
+/// bindings it prints `SKIPPED`, except under `CUDA_GRAPH_REQUIRE_BINDGEN=1`, where it fails.
 #[test]
 fn shipped_bindings_match_fresh_output() {
     let fresh = include_str!(concat!(env!("OUT_DIR"), "/bindings.rs"));
     if BINDINGS_SOURCE != "bindgen" {
+        assert!(
+            !bindgen_required(),
+            "CUDA_GRAPH_REQUIRE_BINDGEN=1 but this build used the {BINDINGS_SOURCE} bindings"
+        );
         println!(
             "SKIPPED shipped_bindings_match_fresh_output: this build used the pregenerated bindings (no toolkit or no libclang)"
         );
         return;
     }
-    let path = format!(
-        "{}/src/pregenerated/cuda_{CUDA_VERSION}.rs",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    // The runner's CARGO_MANIFEST_DIR first: a suite packed on one machine runs from a checkout
+    // of the same revision elsewhere (nextest remaps it), where the build's path does not exist.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    let path = format!("{manifest_dir}/src/pregenerated/cuda_{CUDA_VERSION}.rs");
     let Ok(shipped) = std::fs::read_to_string(&path) else {
+        assert!(
+            !bindgen_required(),
+            "CUDA_GRAPH_REQUIRE_BINDGEN=1 but no bindings ship for CUDA {CUDA_VERSION} to compare with"
+        );
         println!(
             "SKIPPED shipped_bindings_match_fresh_output: no bindings ship for CUDA {CUDA_VERSION}"
         );
@@ -38,6 +70,10 @@ fn shipped_bindings_match_fresh_output() {
             line + 1
         );
     }
+    println!(
+        "shipped_bindings_match_fresh_output: {path} equals bindgen's output ({} lines)",
+        fresh.lines().count()
+    );
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! GPU tests start with [`require_gpu`]: with no usable GPU it prints one line
 //! `SKIPPED <test>: no GPU (<reason>)` and returns `None`, and the test returns early. With
 //! `CUDA_GRAPH_REQUIRE_GPU=1` in the environment it panics instead, so a GPU run that passes has
-//! really run every test.
+//! really run every test. The same holds for every other reason a test cannot run ([`cannot_run`]):
+//! too few GPUs ([`require_gpus`]), peers that cannot map each other's memory. What a machine
+//! cannot run, the GPU runner (`ci/gpu-run.sh`) excludes by name and reports as not run.
 //!
 //! ```no_run
 //! use cuda_graph_sys::*;
@@ -66,20 +68,86 @@ pub fn require_gpu(test: &str) -> Option<Gpu> {
     }
 }
 
-/// As [`require_gpu`], and also needs `count` devices. A machine with a GPU but fewer devices
-/// skips with `SKIPPED <test>: needs <count> GPUs, found <n>`, even with `CUDA_GRAPH_REQUIRE_GPU=1`:
-/// fewer GPUs than a test needs is not a missing GPU.
+/// As [`require_gpu`], and also needs `count` devices. With fewer it prints
+/// `SKIPPED <test>: needs <count> GPUs, found <n>` and returns `None`, or, under
+/// `CUDA_GRAPH_REQUIRE_GPU=1`, panics (see [`cannot_run`]).
+///
+/// # Panics
+/// Whatever the machine, when `count` is 2 and `test` is not listed in `ci/needs-two-gpus.txt`
+/// (see [`assert_listed_two_gpu_test`]); with too few GPUs under `CUDA_GRAPH_REQUIRE_GPU=1`.
 #[track_caller]
 pub fn require_gpus(test: &str, count: i32) -> Option<Gpu> {
+    // Before the probe, so that a run without a GPU (CI) already catches an unlisted test.
+    let count = usize::try_from(count).unwrap_or(0);
+    assert_listed_two_gpu_test(test, count);
     let gpu = require_gpu(test)?;
-    if gpu.runtime_devices < count {
-        println!(
-            "SKIPPED {test}: needs {count} GPUs, found {}",
-            gpu.runtime_devices
-        );
-        return None;
+    let found = usize::try_from(gpu.runtime_devices).unwrap_or(0);
+    enough_gpus(test, count, found).then_some(gpu)
+}
+
+/// The tests that need two GPUs, one `<nextest binary id> <test name>` per line (`#` starts a
+/// comment): `ci/gpu-run.sh` excludes exactly these, by name, on a machine with fewer GPUs.
+pub const TWO_GPU_TESTS: &str = include_str!("../../ci/needs-two-gpus.txt");
+
+/// Whether `test` is a test name listed in [`TWO_GPU_TESTS`].
+pub fn listed_two_gpu_test(test: &str) -> bool {
+    TWO_GPU_TESTS
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .any(|line| line.split_whitespace().nth(1) == Some(test))
+}
+
+/// Checks that a test needing `count` GPUs is one the GPU runner knows to exclude by name.
+///
+/// A test that needs two GPUs fails a one-GPU run under `CUDA_GRAPH_REQUIRE_GPU=1`; the runner
+/// avoids that by excluding the tests of `ci/needs-two-gpus.txt` and reporting them as not run.
+/// This check keeps the list complete for every test that declares its GPU count here.
+///
+/// # Panics
+/// When `count` is 2 and `test` is not listed, or when `count` is above 2 (no runner list
+/// covers more than two GPUs).
+#[track_caller]
+pub fn assert_listed_two_gpu_test(test: &str, count: usize) {
+    assert!(
+        count <= 2,
+        "{test} needs {count} GPUs: ci/gpu-run.sh only knows how to exclude tests that need two"
+    );
+    assert!(
+        count < 2 || listed_two_gpu_test(test),
+        "{test} needs {count} GPUs but is not listed in ci/needs-two-gpus.txt, by which \
+         ci/gpu-run.sh excludes it on machines with fewer GPUs"
+    );
+}
+
+/// Whether the `found` devices are enough for `test`, which needs `count`; when they are not,
+/// reports it through [`cannot_run`] (a skip, or a panic under `CUDA_GRAPH_REQUIRE_GPU=1`).
+///
+/// # Panics
+/// As [`assert_listed_two_gpu_test`], and as [`cannot_run`].
+#[track_caller]
+pub fn enough_gpus(test: &str, count: usize, found: usize) -> bool {
+    assert_listed_two_gpu_test(test, count);
+    if found < count {
+        cannot_run(test, &format!("needs {count} GPUs, found {found}"));
+        return false;
     }
-    Some(gpu)
+    true
+}
+
+/// Reports that `test` cannot run on this machine, for `why`: prints `SKIPPED <test>: <why>`,
+/// after which the caller returns. Under `CUDA_GRAPH_REQUIRE_GPU=1` it panics instead: a GPU run
+/// counts only tests that ran as passed, and the runner excludes by name, with the reason
+/// printed, what the machine cannot run.
+///
+/// # Panics
+/// Under `CUDA_GRAPH_REQUIRE_GPU=1`.
+#[track_caller]
+pub fn cannot_run(test: &str, why: &str) {
+    if gpu_required() {
+        panic!("{test}: {REQUIRE_GPU_VAR}=1 but the test cannot run here: {why}");
+    }
+    println!("SKIPPED {test}: {why}");
 }
 
 /// The checks behind [`require_gpu`]; `Err` holds the reason in words.

@@ -14,11 +14,12 @@ use cuda_graph::{
     AsStream, CaptureMode, Error, Function, Graph, GraphAllocation, InstantiateFlags, KernelArgs,
     MemOp, NodeKind, NodeRecord, Stream, StreamFlags, capture, sys,
 };
-use stub_common::{BYTES, N, STUB, config, stub};
+use stub_common::{BYTES, N, config, stub, stub_path};
 
 /// Has the stub list a captured graph's nodes in reverse order (or in the order captured).
 fn reverse_node_order(reversed: bool) {
-    let path = CString::new(STUB).unwrap();
+    let path = stub_path().expect("the stub driver was found before it was loaded");
+    let path = CString::new(path.into_os_string().into_encoded_bytes()).unwrap();
     let name = CString::new("null_cuda_reverse_node_order").unwrap();
     // SAFETY: the stub is already loaded (RTLD_NOLOAD finds it); the symbol is a C function
     // taking an int, and the handle is released after the call.

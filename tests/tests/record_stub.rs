@@ -5,8 +5,9 @@
 //! graphs it accepts and how it names what it refuses. That a graph computes the right thing
 //! is the GPU suite's to show (`lifetime_gpu.rs` shows the corruption these checks prevent).
 //!
-//! The whole binary uses the stub; where it is missing (a suite packed on one machine and run
-//! on another), each test prints `SKIPPED ...` and passes.
+//! The whole binary uses the stub; a packed suite carries it (see `stub_common`). Where it is
+//! missing, each test prints `SKIPPED ...` and returns, except in CI (`CI=true`) and under
+//! `CUDA_GRAPH_REQUIRE_GPU=1`, where it fails.
 
 mod stub_common;
 

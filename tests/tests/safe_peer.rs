@@ -1,9 +1,11 @@
 //! G.7 in the safe layer: peer access to graph allocations, from the access list of an alloc node
 //! (G.7.1) and from a memory pool's access at the moment a capture allocates from it (G.7.2).
 //!
-//! These need two devices that can map each other's memory. With fewer, each test prints
-//! `SKIPPED <test>: needs 2 GPUs ...` and passes, also under `CUDA_GRAPH_REQUIRE_GPU=1` (fewer GPUs
-//! than a test needs is not a missing GPU); without any GPU it skips like the other safe_ tests.
+//! These need two devices that can map each other's memory, and are listed in
+//! `ci/needs-two-gpus.txt`. With fewer, each test prints `SKIPPED <test>: needs 2 GPUs ...` and
+//! returns, or, under `CUDA_GRAPH_REQUIRE_GPU=1`, fails; `ci/gpu-run.sh` excludes them by name on a
+//! machine with one GPU and reports them as not run. Without any GPU they skip like the other
+//! safe_ tests.
 
 mod safe_common;
 

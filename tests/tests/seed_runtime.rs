@@ -15,7 +15,8 @@ use std::ptr::{null, null_mut};
 use cuda_graph_sys::*;
 use cuda_graph_tests::{
     Args, DeviceBuffer, GraphMem, MIB, RuntimeKernels, alloc_node_params, assert_all, assert_iota,
-    iota_sum, kernel_node, launch, read_u32, require_gpu, require_gpus, rt, rt_expect, serial,
+    cannot_run, iota_sum, kernel_node, launch, read_u32, require_gpu, require_gpus, rt, rt_expect,
+    serial,
 };
 
 /// Elements of the small allocations (4 MiB of `u32`).
@@ -1282,7 +1283,8 @@ fn footprint_g4_g6() {
 // G.7 Peer Access (two GPUs)
 // ---------------------------------------------------------------------------------------------
 
-/// Whether devices `a` and `b` can access each other's memory; prints a skip line when not.
+/// Whether devices `a` and `b` can access each other's memory; when not, reports it through
+/// `cannot_run` (a printed skip, or a panic under `CUDA_GRAPH_REQUIRE_GPU=1`).
 fn peers_or_skip(test: &str, a: i32, b: i32) -> bool {
     let (mut ab, mut ba) = (0, 0);
     // SAFETY: valid out-pointers; both devices exist (require_gpus passed).
@@ -1291,7 +1293,10 @@ fn peers_or_skip(test: &str, a: i32, b: i32) -> bool {
         rt!(cudaDeviceCanAccessPeer(&mut ba, b, a));
     }
     if ab == 0 || ba == 0 {
-        println!("SKIPPED {test}: devices {a} and {b} cannot access each other's memory");
+        cannot_run(
+            test,
+            &format!("devices {a} and {b} cannot access each other's memory"),
+        );
         return false;
     }
     true
@@ -1300,7 +1305,8 @@ fn peers_or_skip(test: &str, a: i32, b: i32) -> bool {
 /// G.7.1: an allocation resident on device 1 (first as the guide's plain allocation, then with
 /// access descriptors for device 0, and device 2 when there is one), written and copied out by
 /// kernel nodes that run on device 0. Checks the node's parameters read back and the data.
-/// Needs two GPUs; skips with a printed reason otherwise.
+/// Needs two GPUs (listed in `ci/needs-two-gpus.txt`); skips with a printed reason otherwise, or
+/// fails under `CUDA_GRAPH_REQUIRE_GPU=1`.
 #[test]
 fn g7_1_peer_access_graph_node_api() {
     const TEST: &str = "g7_1_peer_access_graph_node_api";
@@ -1420,7 +1426,8 @@ fn g7_1_peer_access_graph_node_api() {
 /// is captured into graph 1; then the pool gains access for device 1 (`cudaMemPoolSetAccess`);
 /// a second capture makes graph 2. Graph 1's alloc node has no access for device 1, graph 2's has.
 /// Graph 2 is launched, device 1 writes the allocation, device 0 reads it back, and
-/// `cudaFreeAsync` frees it. Needs two GPUs; skips with a printed reason otherwise.
+/// `cudaFreeAsync` frees it. Needs two GPUs (listed in `ci/needs-two-gpus.txt`); skips with a
+/// printed reason otherwise, or fails under `CUDA_GRAPH_REQUIRE_GPU=1`.
 #[test]
 fn g7_2_peer_access_stream_capture() {
     const TEST: &str = "g7_2_peer_access_stream_capture";

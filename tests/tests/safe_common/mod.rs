@@ -117,15 +117,20 @@ pub fn gpu(test: &str) -> Option<Gpu> {
     }
 }
 
-/// As [`gpu`], and also needs `count` devices that can map each other's memory. With fewer, it
-/// prints `SKIPPED <test>: ...` and returns `None`, also under `CUDA_GRAPH_REQUIRE_GPU=1`: fewer
-/// GPUs than a test needs is not a missing GPU.
+/// As [`gpu`], and also needs `count` devices that can map each other's memory. With fewer, or
+/// with devices that cannot, it prints `SKIPPED <test>: ...` and returns `None`, or, under
+/// `CUDA_GRAPH_REQUIRE_GPU=1`, panics: a GPU run counts only tests that ran (the runner excludes
+/// the tests of `ci/needs-two-gpus.txt` by name where there are fewer GPUs).
+///
+/// # Panics
+/// Also without a GPU, when `count` is 2 and `test` is not listed in `ci/needs-two-gpus.txt`.
 #[track_caller]
 pub fn gpus(test: &str, count: usize) -> Option<(Gpu, Vec<Device>)> {
+    // Before `gpu`, so that a run without a GPU (CI) already catches an unlisted test.
+    cuda_graph_tests::assert_listed_two_gpu_test(test, count);
     let gpu = gpu(test)?;
     let found = cuda_graph::device_count().expect("cuDeviceGetCount");
-    if found < count {
-        println!("SKIPPED {test}: needs {count} GPUs for peer access, found {found}");
+    if !cuda_graph_tests::enough_gpus(test, count, found) {
         return None;
     }
     let mut devices = vec![gpu.device.clone()];
@@ -139,7 +144,10 @@ pub fn gpus(test: &str, count: usize) -> Option<(Gpu, Vec<Device>)> {
                 .can_access_peer(&gpu.device)
                 .expect("cuDeviceCanAccessPeer");
         if !both {
-            println!("SKIPPED {test}: devices 0 and {ordinal} cannot access each other's memory");
+            cuda_graph_tests::cannot_run(
+                test,
+                &format!("devices 0 and {ordinal} cannot access each other's memory"),
+            );
             return None;
         }
         devices.push(peer);

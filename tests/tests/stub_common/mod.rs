@@ -3,37 +3,78 @@
 //! success and made-up handles and runs nothing, so these tests check only what the safe layer
 //! decides on the host.
 //!
-//! The whole binary uses the stub; where it is missing (a suite packed on one machine and run
-//! on another), each test prints `SKIPPED ...` and passes.
+//! The whole binary uses the stub. `build.rs` writes it into the build script's `OUT_DIR`, which
+//! a nextest archive carries (nextest archives the `OUT_DIR` of a workspace crate with tests, and
+//! sets `OUT_DIR` at run time to where it unpacked it), so a packed suite finds it on the GPU
+//! machine too. Where it is missing anyway (the C compiler failed), each test prints
+//! `SKIPPED ...` and returns, except in CI (`CI=true`) and under `CUDA_GRAPH_REQUIRE_GPU=1`,
+//! where it fails: those runs count only tests that ran.
 
 #![allow(dead_code)] // each test binary uses a part
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Once;
 
 use cuda_graph::{Device, Function, LaunchConfig, Module};
 
-pub const STUB: &str = env!("CUDA_GRAPH_TESTS_STUB_DRIVER");
+/// Where `build.rs` wrote the stub (an absolute path on the machine that built the tests).
+const STUB: &str = env!("CUDA_GRAPH_TESTS_STUB_DRIVER");
 const STUB_ERROR: &str = env!("CUDA_GRAPH_TESTS_STUB_DRIVER_ERROR");
 pub const BYTES: usize = 1 << 20;
 pub const N: u64 = (BYTES / 4) as u64;
 
-/// The device behind the stub driver, and a kernel; `None` (after saying why) without the stub.
-pub fn stub(test: &str) -> Option<(Device, Function, Module)> {
-    if !STUB_ERROR.is_empty() || !Path::new(STUB).is_file() {
-        let why = if STUB_ERROR.is_empty() {
-            format!("{STUB} is not on this machine")
-        } else {
-            STUB_ERROR.to_string()
-        };
-        println!("SKIPPED {test}: no stub driver ({why})");
-        return None;
+/// The stub library on this machine: where `build.rs` wrote it, else in the `OUT_DIR` the test
+/// runner names at run time (nextest: the archive's copy). `Err` says why there is none.
+pub fn stub_path() -> Result<PathBuf, String> {
+    if !STUB_ERROR.is_empty() {
+        return Err(STUB_ERROR.to_string());
     }
+    let built = PathBuf::from(STUB);
+    if built.is_file() {
+        return Ok(built);
+    }
+    let name = built.file_name().expect("the stub's path names a file");
+    let at_run_time = std::env::var_os("OUT_DIR").map(|dir| PathBuf::from(dir).join(name));
+    match at_run_time {
+        Some(path) if path.is_file() => Ok(path),
+        Some(path) => Err(format!(
+            "neither {STUB} nor {} is on this machine",
+            path.display()
+        )),
+        None => Err(format!(
+            "{STUB} is not on this machine and OUT_DIR is not set"
+        )),
+    }
+}
+
+/// Whether a missing stub must fail the test: in CI (`CI=true`) and under
+/// `CUDA_GRAPH_REQUIRE_GPU=1`, runs whose passes must mean the tests ran.
+fn stub_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        || cuda_graph_tests::gpu_required()
+}
+
+/// The device behind the stub driver, and a kernel; `None` (after saying why) without the stub.
+///
+/// # Panics
+/// Without the stub, in CI (`CI=true`) or under `CUDA_GRAPH_REQUIRE_GPU=1`.
+#[track_caller]
+pub fn stub(test: &str) -> Option<(Device, Function, Module)> {
+    let path = match stub_path() {
+        Ok(path) => path,
+        Err(why) if stub_required() => {
+            panic!("{test}: no stub driver ({why}), and CI=true or CUDA_GRAPH_REQUIRE_GPU=1 is set")
+        }
+        Err(why) => {
+            println!("SKIPPED {test}: no stub driver ({why})");
+            return None;
+        }
+    };
     static USE_STUB: Once = Once::new();
     USE_STUB.call_once(|| {
         // SAFETY: set once, before this process's first driver call (which reads it); the
         // test threads read no other environment meanwhile.
-        unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", STUB) };
+        unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", &path) };
     });
     let device = Device::get(0).expect("device 0 of the stub driver");
     let module = Module::from_ptx(&device, cuda_graph::kernels::PTX).expect("stub module");
