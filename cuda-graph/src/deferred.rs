@@ -158,7 +158,9 @@ pub(crate) fn queued() -> usize {
 /// thread, which runs it as soon as no registered capture forbids it.
 pub(crate) fn enqueue_from_driver(job: Job) {
     enqueue(job);
-    static WAKE: OnceLock<Option<Arc<(Mutex<bool>, Condvar)>>> = OnceLock::new();
+    /// A flag the release thread sleeps on, and its signal.
+    type Wake = Arc<(Mutex<bool>, Condvar)>;
+    static WAKE: OnceLock<Option<Wake>> = OnceLock::new();
     let wake = WAKE.get_or_init(|| {
         let wake = Arc::new((Mutex::new(false), Condvar::new()));
         let theirs = wake.clone();
