@@ -66,6 +66,14 @@ typedef struct gb_mem {
     unsigned long long reserved_high;
 } gb_mem;
 
+/* Which chain a workload builds (src/workload.rs, Mode). */
+enum {
+    GB_EXPLICIT = 0, /* explicit alloc, kernel and free nodes */
+    GB_CAPTURE = 1,  /* captured cudaMallocAsync, cudaLaunchKernel, cudaFreeAsync */
+    GB_ESCAPING = 2  /* explicit alloc and kernel nodes, no free: every allocation escapes the
+                      * graph, which is instantiated with cudaGraphInstantiateFlagAutoFreeOnLaunch */
+};
+
 /* What gb_open sets up: the device, the kernels, and the stream the chain workloads run on;
  * and the chain gb_graph_chain leaves for gb_launch_sync, until gb_release_chain. */
 typedef struct gb_ctx {
@@ -76,6 +84,8 @@ typedef struct gb_ctx {
     cudaStream_t stream;
     cudaGraph_t chain_graph;
     cudaGraphExec_t chain_exec;
+    void **chain_escaped; /* GB_ESCAPING: the chain's allocations, live after each launch */
+    unsigned int chain_escaped_count;
 } gb_ctx;
 
 /* Graphs of the footprint scenarios, as in graphMemoryFootprint. */
@@ -211,6 +221,7 @@ out:
     if (ctx->chain_graph != NULL) {
         (void)cudaGraphDestroy(ctx->chain_graph);
     }
+    free(ctx->chain_escaped);
     if (ctx->stream != NULL) {
         (void)cudaStreamDestroy(ctx->stream);
     }
@@ -245,13 +256,15 @@ out:
 
 /*
  * Builds a chain of k segments alloc -> kernel -> free, each segment after the previous one's
- * free, so CUDA reuses one address for all of them (G.4.1): with explicit nodes (capture == 0) or
+ * free, so CUDA reuses one address for all of them (G.4.1): with explicit nodes (GB_EXPLICIT) or
  * by capturing cudaMallocAsync / cudaLaunchKernel / cudaFreeAsync on the context's stream
- * (capture != 0). On success *out holds the graph; on an error nothing is left (a capture in
- * progress is ended and its graph destroyed).
+ * (GB_CAPTURE). GB_ESCAPING: explicit alloc -> kernel segments, each after the previous kernel,
+ * without free nodes (G.3.3); their k addresses go into escaped[] unless it is NULL. On success
+ * *out holds the graph; on an error nothing is left (a capture in progress is ended and its graph
+ * destroyed).
  */
-static int build_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
-                       cudaGraph_t *out_graph, gb_error *err)
+static int build_chain(gb_ctx *ctx, int mode, unsigned int k, const gb_shape *shape,
+                       cudaGraph_t *out_graph, void **escaped, gb_error *err)
 {
     int capturing = 0;
     cudaGraph_t graph = NULL;
@@ -261,7 +274,7 @@ static int build_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape 
     const dim3 block = dim1(shape->block);
     unsigned long long n = shape->elements;
 
-    if (!capture) {
+    if (mode != GB_CAPTURE) {
         struct cudaMemAllocNodeParams params = alloc_params(ctx->device, bytes);
         cudaGraphNode_t prev = NULL;
         CK(cudaGraphCreate, (&graph, 0));
@@ -288,6 +301,13 @@ static int build_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape 
             kernel_params.extra = NULL;
             CK(cudaGraphAddKernelNode, (&kernel_node, graph, &alloc_node, 1, &kernel_params));
 
+            if (mode == GB_ESCAPING) {
+                if (escaped != NULL) {
+                    escaped[i] = dptr;
+                }
+                prev = kernel_node;
+                continue;
+            }
             CK(cudaGraphAddMemFreeNode, (&free_node, graph, &kernel_node, 1, dptr));
             prev = free_node;
         }
@@ -324,11 +344,38 @@ out:
     return -1;
 }
 
-/* Destroys the chain gb_graph_chain left, if any, after its launches finish. */
+/* The flags a chain is instantiated with: AutoFreeOnLaunch when its allocations escape, so that
+ * it can be launched again while the previous launch's allocations are live (G.3.4). */
+static unsigned long long chain_flags(int mode)
+{
+    return mode == GB_ESCAPING ? (unsigned long long)cudaGraphInstantiateFlagAutoFreeOnLaunch : 0;
+}
+
+/* Frees, on the stream after its work, the allocations the last launch of an escaping chain left
+ * live: n addresses. */
+static int free_escaped(gb_ctx *ctx, void **escaped, unsigned int n, gb_error *err)
+{
+    for (unsigned int i = 0; i < n; i++) {
+        CK(cudaFreeAsync, (escaped[i], ctx->stream));
+    }
+    return 0;
+out:
+    return -1;
+}
+
+/* Destroys the chain gb_graph_chain left, if any, after its launches finish; frees the
+ * allocations its last launch left live (GB_ESCAPING). */
 int gb_release_chain(gb_ctx *ctx, gb_error *err)
 {
     int rc = -1;
+    void **escaped = ctx->chain_escaped;
+    unsigned int n = ctx->chain_escaped_count;
+    ctx->chain_escaped = NULL;
+    ctx->chain_escaped_count = 0;
     if (ctx->chain_exec != NULL) {
+        if (free_escaped(ctx, escaped, n, err) != 0) {
+            goto out;
+        }
         CK(cudaStreamSynchronize, (ctx->stream));
         CK(cudaGraphExecDestroy, (ctx->chain_exec));
         ctx->chain_exec = NULL;
@@ -339,6 +386,7 @@ int gb_release_chain(gb_ctx *ctx, gb_error *err)
     }
     rc = 0;
 out:
+    free(escaped);
     return rc;
 }
 
@@ -347,39 +395,56 @@ out:
  * then launched once and synchronized (*first_launch_ns). The executable graph stays in `ctx`
  * for gb_steady and gb_launch_sync until gb_release_chain (or the next call).
  */
-int gb_graph_chain(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
+int gb_graph_chain(gb_ctx *ctx, int mode, unsigned int k, const gb_shape *shape,
                    uint64_t *first_launch_ns, gb_error *err)
 {
     int rc = -1;
+    int launched = 0;
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     cudaStream_t stream = ctx->stream;
+    void **escaped = NULL;
     uint64_t t0;
 
     *first_launch_ns = 0;
     if (gb_release_chain(ctx, err) != 0) {
         return -1;
     }
-    if (build_chain(ctx, capture, k, shape, &graph, err) != 0) {
+    if (mode == GB_ESCAPING) {
+        escaped = calloc(k == 0 ? 1 : k, sizeof *escaped);
+        if (escaped == NULL) {
+            fail(err, "calloc", cudaErrorMemoryAllocation, __LINE__);
+            goto out;
+        }
+    }
+    if (build_chain(ctx, mode, k, shape, &graph, escaped, err) != 0) {
         goto out;
     }
-    CK(cudaGraphInstantiate, (&exec, graph, 0));
+    CK(cudaGraphInstantiate, (&exec, graph, chain_flags(mode)));
 
     t0 = now_ns();
     CK(cudaGraphLaunch, (exec, stream));
+    launched = 1;
     CK(cudaStreamSynchronize, (stream));
     *first_launch_ns = now_ns() - t0;
 
     ctx->chain_graph = graph;
     ctx->chain_exec = exec;
+    ctx->chain_escaped = escaped;
+    ctx->chain_escaped_count = escaped == NULL ? 0 : k;
     graph = NULL;
     exec = NULL;
+    escaped = NULL;
     rc = 0;
 out:
     if (exec != NULL) {
+        if (launched && escaped != NULL) {
+            (void)free_escaped(ctx, escaped, k, NULL);
+        }
         (void)cudaStreamSynchronize(stream);
         (void)cudaGraphExecDestroy(exec);
     }
+    free(escaped);
     if (graph != NULL) {
         (void)cudaGraphDestroy(graph);
     }
@@ -441,7 +506,7 @@ out:
  * One build + instantiate cycle: the chain of build_chain, instantiated, then the executable
  * graph and the graph destroyed without a launch. Times the build and the instantiation.
  */
-int gb_build_instantiate(gb_ctx *ctx, int capture, unsigned int k, const gb_shape *shape,
+int gb_build_instantiate(gb_ctx *ctx, int mode, unsigned int k, const gb_shape *shape,
                          gb_cycle_times *times, gb_error *err)
 {
     int rc = -1;
@@ -451,14 +516,14 @@ int gb_build_instantiate(gb_ctx *ctx, int capture, unsigned int k, const gb_shap
 
     memset(times, 0, sizeof *times);
     t0 = now_ns();
-    if (build_chain(ctx, capture, k, shape, &graph, err) != 0) {
+    if (build_chain(ctx, mode, k, shape, &graph, NULL, err) != 0) {
         goto out;
     }
     t1 = now_ns();
     times->build_ns = t1 - t0;
 
     t0 = now_ns();
-    CK(cudaGraphInstantiate, (&exec, graph, 0));
+    CK(cudaGraphInstantiate, (&exec, graph, chain_flags(mode)));
     t1 = now_ns();
     times->instantiate_ns = t1 - t0;
 

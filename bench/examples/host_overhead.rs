@@ -9,8 +9,16 @@
 //! The same chain captured from a stream (`captured`, `captured-raw`) needs the stub's simulated
 //! capture, which reads the captured graph back as the chain of captured calls.
 //!
-//! Usage: `host_overhead safe|unchecked|raw|captured|captured-raw K ROUNDS`; prints the mean
-//! time per segment. With no usable driver it prints one line and exits 2.
+//! Launches (`launch`, `launch-raw`, `escaping`, `escaping-raw`; the stub for these is
+//! `bench/host-overhead/launch_stub.c`, which adds `cuGraphLaunch`, `cuEventRecord` and
+//! `cuStreamWaitEvent`): the chain built and instantiated once, then launched ROUNDS times, as
+//! the benchmark's steady launch enqueues it; `escaping` is the benchmark's escaping graph (k
+//! segments alloc → kernel, no free, AutoFreeOnLaunch), which the safe API launches on its slow
+//! path.
+//!
+//! Usage: `host_overhead PATH K ROUNDS`, PATH one of safe, unchecked, raw, captured,
+//! captured-raw (prints the mean time per segment) or launch, launch-raw, escaping,
+//! escaping-raw (the mean time per launch). With no usable driver it prints one line and exits 2.
 
 use std::ffi::c_void;
 use std::process::ExitCode;
@@ -25,7 +33,7 @@ use cuda_graph::{
 const BYTES: usize = 1 << 18;
 const ELEMENTS: u64 = (BYTES / 4) as u64;
 
-/// Which path builds and instantiates.
+/// Which path builds and instantiates, or launches.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Path {
     Safe,
@@ -33,7 +41,27 @@ enum Path {
     Raw,
     Captured,
     CapturedRaw,
+    /// Launches of the explicit chain through the safe API (its fast launch path).
+    Launch,
+    /// The same through `cuGraphLaunch`.
+    LaunchRaw,
+    /// Launches of the escaping chain through the safe API (its slow launch path).
+    Escaping,
+    /// The same through `cuGraphLaunch`.
+    EscapingRaw,
 }
+
+impl Path {
+    /// Whether the path times launches (rather than build + instantiate).
+    fn launches(self) -> bool {
+        matches!(
+            self,
+            Path::Launch | Path::LaunchRaw | Path::Escaping | Path::EscapingRaw
+        )
+    }
+}
+
+const USAGE: &str = "usage: host_overhead PATH K ROUNDS (K at least 1); PATH: safe, unchecked, raw, captured, captured-raw (build + instantiate, per segment), launch, launch-raw, escaping, escaping-raw (launches, per launch)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,6 +73,10 @@ fn main() -> ExitCode {
                 "raw" => Some(Path::Raw),
                 "captured" => Some(Path::Captured),
                 "captured-raw" => Some(Path::CapturedRaw),
+                "launch" => Some(Path::Launch),
+                "launch-raw" => Some(Path::LaunchRaw),
+                "escaping" => Some(Path::Escaping),
+                "escaping-raw" => Some(Path::EscapingRaw),
                 _ => None,
             };
             path.zip(k.parse::<u32>().ok().filter(|&k| k > 0))
@@ -53,9 +85,7 @@ fn main() -> ExitCode {
         _ => None,
     };
     let Some(((path, k), rounds)) = parsed else {
-        eprintln!(
-            "usage: host_overhead safe|unchecked|raw|captured|captured-raw K ROUNDS (K at least 1)"
-        );
+        eprintln!("{USAGE}");
         return ExitCode::from(64);
     };
     let device = match Device::get(0) {
@@ -67,9 +97,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&device, path, k, rounds) {
-        Ok(per_segment) => {
-            println!("{per_segment:.0} ns per segment");
+    let result = if path.launches() {
+        launches(&device, path, k, rounds).map(|ns| (ns, "launch"))
+    } else {
+        run(&device, path, k, rounds).map(|ns| (ns, "segment"))
+    };
+    match result {
+        Ok((ns, unit)) => {
+            println!("{ns:.0} ns per {unit}");
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -103,10 +138,101 @@ fn run(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f64> 
                 drop(graph.instantiate(InstantiateFlags::NONE)?);
             }
             Path::CapturedRaw => raw_captured_chain(&stream, &fill, config, k)?,
+            Path::Launch | Path::LaunchRaw | Path::Escaping | Path::EscapingRaw => {
+                anyhow::bail!("launch paths are timed by `launches`")
+            }
         }
     }
     let segments = f64::from(rounds) * f64::from(k);
     Ok(start.elapsed().as_nanos() as f64 / segments.max(1.0))
+}
+
+/// Builds and instantiates one chain of `k` segments (escaping for `escaping*`), launches it
+/// `rounds` times on one stream; the mean time per launch (the host's: the stub runs nothing).
+fn launches(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f64> {
+    let module = Module::from_ptx(device, cuda_graph::kernels::PTX)?;
+    let fill = module.function("fill_u32")?;
+    let config = LaunchConfig::for_elements(ELEMENTS, 256);
+    let stream = Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0)?;
+    let escaping = matches!(path, Path::Escaping | Path::EscapingRaw);
+    let flags = if escaping {
+        InstantiateFlags::AUTO_FREE_ON_LAUNCH
+    } else {
+        InstantiateFlags::NONE
+    };
+    match path {
+        Path::Launch | Path::Escaping => {
+            let graph = if escaping {
+                safe_escaping_chain(device, &fill, config, k)?
+            } else {
+                safe_chain(device, &fill, config, k)?
+            };
+            let exec = graph.instantiate(flags)?;
+            let start = Instant::now();
+            for _ in 0..rounds {
+                exec.launch(&stream)?;
+            }
+            let elapsed = start.elapsed();
+            for a in exec.unfreed_allocations() {
+                if a.is_live() {
+                    a.free_async(&stream)?;
+                }
+            }
+            Ok(elapsed.as_nanos() as f64 / f64::from(rounds.max(1)))
+        }
+        Path::LaunchRaw | Path::EscapingRaw => {
+            let graph = raw_chain_graph(device, &fill, config, k, !escaping)?;
+            let mut exec = null_mut();
+            let mut result = ok(
+                // SAFETY: valid out-pointer; the graph is live.
+                unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, flags.bits()) },
+                "cuGraphInstantiateWithFlags",
+            );
+            let start = Instant::now();
+            if result.is_ok() {
+                for _ in 0..rounds {
+                    // SAFETY: both handles are live.
+                    result = ok(
+                        unsafe { sys::cuGraphLaunch(exec, stream.as_raw_stream()) },
+                        "cuGraphLaunch",
+                    );
+                    if result.is_err() {
+                        break;
+                    }
+                }
+            }
+            let elapsed = start.elapsed();
+            if !exec.is_null() {
+                // SAFETY: made above, destroyed once.
+                let _ = unsafe { sys::cuGraphExecDestroy(exec) };
+            }
+            // SAFETY: made by raw_chain_graph, destroyed once.
+            let _ = unsafe { sys::cuGraphDestroy(graph) };
+            result?;
+            Ok(elapsed.as_nanos() as f64 / f64::from(rounds.max(1)))
+        }
+        _ => anyhow::bail!("not a launch path"),
+    }
+}
+
+/// The escaping chain through the safe API, as `src/safe_path.rs` builds it: k segments
+/// alloc → kernel, each after the previous kernel, nothing freed.
+fn safe_escaping_chain(
+    device: &Device,
+    fill: &Function,
+    config: LaunchConfig,
+    k: u32,
+) -> cuda_graph::Result<Graph> {
+    let mut graph = Graph::new(device)?;
+    let params = AllocParams::new(device, BYTES);
+    let mut prev: Option<Node> = None;
+    for i in 0..k {
+        let (alloc, buf) = graph.add_mem_alloc_node(prev.as_slice(), &params)?;
+        let args = KernelArgs::new().ptr(&buf).value(ELEMENTS).value(i);
+        // SAFETY: fill_u32 over the allocation's n values; nothing frees it in the graph.
+        prev = Some(unsafe { graph.add_kernel_node(&[alloc], fill, config, &args)? });
+    }
+    Ok(graph)
 }
 
 fn safe_chain(
@@ -224,8 +350,22 @@ fn raw_captured_chain(
     instantiate_and_destroy(graph, result.and(ended))
 }
 
-/// The same chain in raw driver calls, as `src/raw_path.rs` writes it.
+/// The same chain in raw driver calls, as `src/raw_path.rs` writes it, instantiated and
+/// destroyed.
 fn raw_chain(device: &Device, fill: &Function, config: LaunchConfig, k: u32) -> anyhow::Result<()> {
+    let graph = raw_chain_graph(device, fill, config, k, true)?;
+    instantiate_and_destroy(graph, Ok(()))
+}
+
+/// The chain in raw driver calls: with free nodes (`free`), or without (the escaping chain:
+/// each alloc after the previous kernel). On an error the graph is destroyed.
+fn raw_chain_graph(
+    device: &Device,
+    fill: &Function,
+    config: LaunchConfig,
+    k: u32,
+    free: bool,
+) -> anyhow::Result<sys::CUgraph> {
     let mut graph = null_mut();
     ok(
         // SAFETY: valid out-pointer; flags must be 0.
@@ -287,6 +427,10 @@ fn raw_chain(device: &Device, fill: &Function, config: LaunchConfig, k: u32) -> 
         if result.is_err() {
             break;
         }
+        if !free {
+            prev = kernel;
+            continue;
+        }
         // SAFETY: valid out-pointer; the address came from the alloc node.
         result = ok(
             unsafe { sys::cuGraphAddMemFreeNode(&mut prev, graph, &kernel, 1, params.dptr) },
@@ -296,7 +440,12 @@ fn raw_chain(device: &Device, fill: &Function, config: LaunchConfig, k: u32) -> 
             break;
         }
     }
-    instantiate_and_destroy(graph, result)
+    if let Err(e) = result {
+        // SAFETY: made above, destroyed once.
+        let _ = unsafe { sys::cuGraphDestroy(graph) };
+        return Err(e);
+    }
+    Ok(graph)
 }
 
 /// A driver call's result as an error naming the call.

@@ -2,9 +2,14 @@
 # The safe layer's own host cost per segment, without a GPU: builds the do-nothing driver
 # (tests/stub-driver/null_cuda.c) and the host_overhead example, then runs the example's paths
 # against it: explicit graphs (raw calls, the safe API without and with its checks) and
-# captured ones (raw calls, the safe API), each built, instantiated and destroyed.
+# captured ones (raw calls, the safe API), each built, instantiated and destroyed. Then
+# launches, against the same stub with the launch calls added (launch_stub.c): the explicit
+# chain (the safe API's fast launch path) and the escaping chain (k allocations escape each
+# launch: its slow path), each through cuGraphLaunch alone and through the safe API.
 #
-#   bench/host-overhead/run.sh            # instructions per segment (valgrind), and time
+#   bench/host-overhead/run.sh            # instructions per segment / per launch (valgrind), and time
+#   KS="1 100" PATHS="safe captured" LAUNCH_PATHS="escaping-raw escaping" bench/host-overhead/run.sh
+#   LAUNCH_PATHS= ...                     # no launches; PATHS= : no build + instantiate
 #
 # With valgrind, each figure is the difference between two round counts, so start-up and the
 # module load cancel out; instructions, unlike time, are the same from run to run and show a
@@ -13,19 +18,22 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-target/host-overhead}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 cc -O2 -shared -fPIC -o "$out/libnullcuda.so" tests/stub-driver/null_cuda.c
+cc -O2 -shared -fPIC -o "$out/liblaunchstub.so" bench/host-overhead/launch_stub.c
 cargo build --release -q -p cuda-graph-bench --example host_overhead
-bin=target/release/examples/host_overhead
-export CUDA_GRAPH_LIBCUDA="$PWD/$out/libnullcuda.so"
+bin=${CARGO_TARGET_DIR:-target}/release/examples/host_overhead
+export CUDA_GRAPH_LIBCUDA="$out/libnullcuda.so"
 
 instructions() { # path k rounds
   valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$@" 2>&1 >/dev/null |
     awk '/Collected/ {print $4}'
 }
 
-printf '%-13s %6s %14s %14s\n' path k instructions ns
+paths=${PATHS-raw unchecked safe captured-raw captured}
+[ -z "$paths" ] || printf '%-13s %6s %14s %14s\n' path k instructions ns
 for k in ${KS:-1 10 100 1000}; do
-  for path in ${PATHS:-raw unchecked safe captured-raw captured}; do
+  for path in $paths; do
     rounds=$((2000 / k + 5))
     ns=$("$bin" "$path" "$k" $((rounds * 20)) | awk '{print $1}')
     if command -v valgrind >/dev/null; then
@@ -36,5 +44,27 @@ for k in ${KS:-1 10 100 1000}; do
       per="(no valgrind)"
     fi
     printf '%-13s %6s %14s %14s\n' "$path" "$k" "$per" "$ns"
+  done
+done
+
+# Launches: per launch (the chain is built and instantiated once; the difference between two
+# launch counts leaves the launches alone).
+launch_paths=${LAUNCH_PATHS-launch-raw launch escaping-raw escaping}
+[ -n "$launch_paths" ] || exit 0
+export CUDA_GRAPH_LIBCUDA="$out/liblaunchstub.so"
+echo
+printf '%-13s %6s %22s %14s\n' path k 'instructions/launch' 'ns/launch'
+for k in ${KS:-1 10 100 1000}; do
+  for path in $launch_paths; do
+    rounds=$((20000 / k + 5))
+    ns=$("$bin" "$path" "$k" $((rounds * 20)) | awk '{print $1}')
+    if command -v valgrind >/dev/null; then
+      a=$(instructions "$path" "$k" "$rounds")
+      b=$(instructions "$path" "$k" $((rounds * 2)))
+      per=$(((b - a) / rounds))
+    else
+      per="(no valgrind)"
+    fi
+    printf '%-13s %6s %22s %14s\n' "$path" "$k" "$per" "$ns"
   done
 done

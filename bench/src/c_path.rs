@@ -124,7 +124,7 @@ mod imp {
         fn gb_runtime_version(version: *mut c_int, err: *mut GbError) -> c_int;
         fn gb_graph_chain(
             ctx: *mut GbCtx,
-            capture: c_int,
+            mode: c_int,
             k: c_uint,
             shape: *const GbShape,
             first_launch_ns: *mut u64,
@@ -141,7 +141,7 @@ mod imp {
         fn gb_release_chain(ctx: *mut GbCtx, err: *mut GbError) -> c_int;
         fn gb_build_instantiate(
             ctx: *mut GbCtx,
-            capture: c_int,
+            mode: c_int,
             k: c_uint,
             shape: *const GbShape,
             times: *mut GbCycleTimes,
@@ -333,6 +333,15 @@ mod imp {
         }
     }
 
+    /// The C file's `GB_EXPLICIT`, `GB_CAPTURE`, `GB_ESCAPING`.
+    fn c_mode(mode: Mode) -> c_int {
+        match mode {
+            Mode::Explicit => 0,
+            Mode::Capture => 1,
+            Mode::Escaping => 2,
+        }
+    }
+
     fn ns(v: u64) -> Duration {
         Duration::from_nanos(v)
     }
@@ -345,11 +354,11 @@ mod imp {
         fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape) -> Result<GraphRun> {
             let shape = GbShape::from(shape);
             let mut first = 0;
-            let capture = c_int::from(mode == Mode::Capture);
+            let mode = c_mode(mode);
             let ctx = self.ctx;
             call(|err| {
                 // SAFETY: the context is open; the pointers are valid for the call.
-                unsafe { gb_graph_chain(ctx, capture, k, &shape, &mut first, err) }
+                unsafe { gb_graph_chain(ctx, mode, k, &shape, &mut first, err) }
             })?;
             Ok(GraphRun {
                 check: None,
@@ -391,10 +400,10 @@ mod imp {
         ) -> Result<CycleRun> {
             let shape = GbShape::from(shape);
             let mut t = GbCycleTimes::default();
-            let capture = c_int::from(mode == Mode::Capture);
+            let mode = c_mode(mode);
             let ctx = self.ctx;
             // SAFETY: the context is open; the pointers are valid for the call.
-            call(|err| unsafe { gb_build_instantiate(ctx, capture, k, &shape, &mut t, err) })?;
+            call(|err| unsafe { gb_build_instantiate(ctx, mode, k, &shape, &mut t, err) })?;
             Ok(CycleRun {
                 build: ns(t.build_ns),
                 instantiate: ns(t.instantiate_ns),

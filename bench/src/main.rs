@@ -4,10 +4,12 @@
 //!
 //! Workloads: a chain of k segments alloc → kernel → free (k = 1, 10, 100, 1000), built with
 //! explicit nodes and by stream capture; for each, build, instantiate (the safe API with its
-//! lifetime checks on and off), first launch, steady launch (1000 launches, one synchronize) and
-//! launch + synchronize; and the same work without graphs (stream-ordered allocation on a
-//! stream) for the graph speedup. Then the footprint scenarios of NVIDIA's graphMemoryFootprint
-//! sample, through the safe API and through C.
+//! lifetime checks on and off), first launch, steady launch (1000 launches, one synchronize; and
+//! its host-only enqueue) and launch + synchronize. A chain of k segments alloc → kernel whose
+//! allocations escape the graph, instantiated with AutoFreeOnLaunch, for the safe API's slow
+//! launch path (the same launch figures). The same work without graphs (stream-ordered
+//! allocation on a stream) for the graph speedup. Before those, the footprint scenarios of
+//! NVIDIA's graphMemoryFootprint sample, through the safe API and through C.
 //!
 //! Output, in `--out DIR` (default `target/bench`): `results.md` (the tables, also printed on
 //! stdout), `bench.csv`, `samples.csv`, `footprint.csv` and `bench.svg`. Without a GPU it prints
@@ -275,7 +277,7 @@ fn run(options: &Options, device: &Device) -> Result<bool> {
             .unwrap_or_default()
     ));
     md.push_str(&format!(
-        "- Workload: chain of k segments alloc ({}) → fill_u32 ({} × {} threads) → free, each after the previous free; {} sync iterations; launches per steady measurement (× rounds per repetition): {}\n",
+        "- Workload: chain of k segments alloc ({}) → fill_u32 ({} × {} threads) → free, each after the previous free (explicit and captured graph); the escaping graph: k segments alloc → fill_u32, each after the previous kernel, no free (k allocations escape each launch; AutoFreeOnLaunch); {} sync iterations; launches per steady measurement (× rounds per repetition): {}\n",
         Bytes(shape.bytes() as u64),
         shape.grid,
         shape.block,

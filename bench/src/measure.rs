@@ -1,12 +1,13 @@
 //! The measurement loop: every workload through every path, interleaved, several repetitions.
 //!
 //! One repetition runs, for each k:
-//! - build + instantiate cycles: for each mode, rounds in which every path builds the chain,
-//!   instantiates it and destroys both (the safe path twice, with and without its lifetime
-//!   checks); each path's median over the rounds is that repetition's sample. Build and
-//!   instantiate take tens of microseconds at small k and vary by tens of percent from one call
-//!   to the next, so one call per repetition would measure the noise;
-//! - the explicit and the captured graph workload through the three paths (launches);
+//! - build + instantiate cycles: for the explicit and the captured chain, rounds in which every
+//!   path builds the chain, instantiates it and destroys both (the safe path twice, with and
+//!   without its lifetime checks); each path's median over the rounds is that repetition's
+//!   sample. Build and instantiate take tens of microseconds at small k and vary by tens of
+//!   percent from one call to the next, so one call per repetition would measure the noise;
+//! - the explicit and the captured graph workload, and the escaping one (its allocations outlive
+//!   each launch: the safe API's slow launch path), through the three paths (launches);
 //! - the workload without graphs through the three paths.
 //!
 //! The order of the paths rotates from one round, workload and repetition to the next, so no
@@ -65,6 +66,15 @@ pub enum Metric {
     SteadyVsC,
     /// Per launch, the host time of queueing `launches` launches.
     SteadyEnqueue,
+    /// Launch enqueue over C's in the same round: per repetition, the median over its rounds.
+    /// A factor.
+    SteadyEnqueueVsC,
+    /// Launch enqueue over the raw path's in the same round: per repetition, the median over
+    /// its rounds. A factor.
+    SteadyEnqueueVsRaw,
+    /// Launch enqueue minus the raw path's in the same round, per launch: per repetition, the
+    /// median over its rounds. Nanoseconds; what the layer above the driver adds.
+    SteadyEnqueueOverRaw,
     /// Per iteration of launch + synchronize.
     LaunchSync,
     /// Launch + synchronize over C's in the same round (the paths' blocks of a round run back
@@ -83,7 +93,24 @@ impl Metric {
         match self {
             Metric::BuildInstantiate => Some(Metric::BuildInstantiateVsC),
             Metric::Steady => Some(Metric::SteadyVsC),
+            Metric::SteadyEnqueue => Some(Metric::SteadyEnqueueVsC),
             Metric::LaunchSync => Some(Metric::LaunchSyncVsC),
+            _ => None,
+        }
+    }
+
+    /// The ratio to the raw path that is recorded round by round for this metric, if any.
+    pub fn paired_raw(self) -> Option<Metric> {
+        match self {
+            Metric::SteadyEnqueue => Some(Metric::SteadyEnqueueVsRaw),
+            _ => None,
+        }
+    }
+
+    /// The difference to the raw path that is recorded round by round for this metric, if any.
+    pub fn over_raw(self) -> Option<Metric> {
+        match self {
+            Metric::SteadyEnqueue => Some(Metric::SteadyEnqueueOverRaw),
             _ => None,
         }
     }
@@ -202,6 +229,12 @@ fn median_ratio(times: &[f64], c: &[f64]) -> f64 {
     median(&ratios)
 }
 
+/// The median over rounds of a path's time minus the reference's in the same round.
+fn median_difference(times: &[f64], reference: &[f64]) -> f64 {
+    let differences: Vec<f64> = times.iter().zip(reference).map(|(t, r)| t - r).collect();
+    median(&differences)
+}
+
 /// The build + instantiate cycles of one workload: `rounds` rounds, each running every variant
 /// once in an order that rotates from round to round; each variant's median over the rounds
 /// becomes one sample.
@@ -308,8 +341,10 @@ fn in_rounds<T>(
     Ok(out)
 }
 
-/// Records, for each path, the mean of its per-round figures under `metric` and, for all but C,
-/// the median over the rounds of its figure over C's under `metric`'s paired ratio, if any.
+/// Records, for each path, the mean of its per-round figures under `metric` and the medians over
+/// the rounds of what `metric` pairs round by round: for all but C, its figure over C's
+/// ([`Metric::paired`]); for all but the raw path, its figure over the raw path's
+/// ([`Metric::paired_raw`]) and minus it ([`Metric::over_raw`]).
 fn record_rounds(
     samples: &mut Samples,
     key: (Workload, u32),
@@ -318,16 +353,23 @@ fn record_rounds(
     metric: Metric,
 ) {
     let (w, k) = key;
-    let c = ids.iter().position(|&id| id == PathId::C);
+    let position = |path: PathId| ids.iter().position(|&id| id == path);
+    let (c, raw) = (position(PathId::C), position(PathId::Raw));
     for (i, &id) in ids.iter().enumerate() {
         let values = &per_round[i];
         let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
-        samples.entry((w, k, metric, id)).or_default().push(mean);
+        let mut put = |m: Metric, value: f64| samples.entry((w, k, m, id)).or_default().push(value);
+        put(metric, mean);
         if let (Some(vs_c), Some(c)) = (metric.paired(), c.filter(|&c| c != i)) {
-            samples
-                .entry((w, k, vs_c, id))
-                .or_default()
-                .push(median_ratio(values, &per_round[c]));
+            put(vs_c, median_ratio(values, &per_round[c]));
+        }
+        if let Some(raw) = raw.filter(|&r| r != i) {
+            if let Some(vs_raw) = metric.paired_raw() {
+                put(vs_raw, median_ratio(values, &per_round[raw]));
+            }
+            if let Some(over) = metric.over_raw() {
+                put(over, median_difference(values, &per_round[raw]));
+            }
         }
     }
 }
@@ -336,7 +378,8 @@ fn record_rounds(
 /// ([`in_rounds`]): `steady_rounds` rounds of `launches` launches and one synchronize each, then
 /// 10 rounds (fewer when there are fewer iterations) that add up to `sync_iters` iterations of
 /// launch + synchronize. A path's samples are its means per launch or iteration, its paired
-/// samples the medians over the rounds of its time over C's.
+/// samples the medians over the rounds of its time over C's (and, for the enqueue, over and
+/// minus the raw path's).
 fn launch_rounds(
     paths: &mut [&mut dyn Workloads],
     (mode, k): (Mode, u32),
@@ -417,7 +460,7 @@ fn one_rep(
             counts.sync_iters = counts.sync_iters.min(5);
         }
         let rounds = if warm_up { 2 } else { plan.cycle_rounds(k) };
-        for (mi, &mode) in Mode::ALL.iter().enumerate() {
+        for (mi, &mode) in Mode::FREED.iter().enumerate() {
             cycles(
                 paths,
                 mode,
@@ -456,7 +499,7 @@ fn one_rep(
             launched?;
             released?;
         }
-        for i in rotated(n, rep + ki + 2) {
+        for i in rotated(n, rep + ki + Mode::ALL.len()) {
             let path = &mut paths[i];
             let id = path.id();
             let run = path
@@ -519,7 +562,7 @@ mod tests {
     use std::rc::Rc;
     use std::time::Duration;
 
-    use super::{Metric, Samples, Workload, launch_rounds};
+    use super::{Metric, Plan, Samples, Workload, launch_rounds, one_rep};
     use crate::workload::{
         Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
     };
@@ -628,10 +671,170 @@ mod tests {
             );
         }
         assert!(!samples.contains_key(&(w, 10, Metric::LaunchSyncVsC, PathId::C)));
+        // The enqueue (half of each steady time here) paired with the raw path's as well: the
+        // ratio sees no drift; the difference per launch is the median over the rounds (speeds
+        // 1, 1.5, 2: safe 10, 15, 20 ns over raw; C 5, 7.5, 10).
+        for (m, p, want) in [
+            (Metric::SteadyEnqueueVsC, PathId::Safe, 1.01),
+            (Metric::SteadyEnqueueVsRaw, PathId::Safe, 1010.0 / 990.0),
+            (Metric::SteadyEnqueueVsRaw, PathId::C, 1000.0 / 990.0),
+            (Metric::SteadyEnqueueOverRaw, PathId::Safe, 15.0),
+            (Metric::SteadyEnqueueOverRaw, PathId::C, 7.5),
+        ] {
+            assert!(
+                (get(m, p) - want).abs() < 1e-3,
+                "{m:?} {p:?}: {}",
+                get(m, p)
+            );
+        }
+        for m in [Metric::SteadyEnqueueVsRaw, Metric::SteadyEnqueueOverRaw] {
+            assert!(!samples.contains_key(&(w, 10, m, PathId::Raw)), "{m:?}");
+        }
+        // Only the enqueue is paired with the raw path: one ratio and one difference for each
+        // of safe and C.
+        let with_raw = samples
+            .keys()
+            .filter(|key| {
+                matches!(
+                    key.2,
+                    Metric::SteadyEnqueueVsRaw | Metric::SteadyEnqueueOverRaw
+                )
+            })
+            .count();
+        assert_eq!(with_raw, 4);
         // Per launch or iteration: the mean over the rounds (speeds 1, 1.5, 2 for steady
         // launch; 2.5 to 7 for launch + sync).
         assert!((get(Metric::Steady, PathId::Safe) - 1010.0 * 1.5).abs() < 1.0);
         assert!((get(Metric::SteadyEnqueue, PathId::Safe) - 505.0 * 1.5).abs() < 1.0);
         assert!((get(Metric::LaunchSync, PathId::Raw) - 990.0 * 4.75).abs() < 1.0);
+    }
+
+    /// The calls a [`Logger`] saw: path, call, chain.
+    type CallLog = Rc<RefCell<Vec<(PathId, &'static str, Option<Mode>)>>>;
+
+    /// A path that times nothing and logs which chains it was asked for.
+    struct Logger {
+        id: PathId,
+        log: CallLog,
+        kept: Option<Mode>,
+    }
+
+    impl Logger {
+        fn note(&self, what: &'static str, mode: Option<Mode>) {
+            self.log.borrow_mut().push((self.id, what, mode));
+        }
+    }
+
+    impl Workloads for Logger {
+        fn id(&self) -> PathId {
+            self.id
+        }
+        fn graph_chain(&mut self, mode: Mode, _: u32, _: Shape) -> Result<GraphRun> {
+            self.note("graph_chain", Some(mode));
+            self.kept = Some(mode);
+            Ok(GraphRun::default())
+        }
+        fn steady(&mut self, _: u32) -> Result<SteadyRun> {
+            self.note("steady", self.kept);
+            Ok(SteadyRun {
+                enqueue: Duration::from_micros(1),
+                total: Duration::from_micros(2),
+            })
+        }
+        fn launch_sync(&mut self, _: u32) -> Result<Duration> {
+            self.note("launch_sync", self.kept);
+            Ok(Duration::from_micros(3))
+        }
+        fn release_chain(&mut self) -> Result<()> {
+            let kept = self.kept.take();
+            self.note("release_chain", kept);
+            Ok(())
+        }
+        fn build_instantiate(&mut self, mode: Mode, _: u32, _: Shape, _: bool) -> Result<CycleRun> {
+            self.note("build_instantiate", Some(mode));
+            Ok(CycleRun::default())
+        }
+        fn stream_chain(&mut self, _: u32, _: Shape, _: u32) -> Result<StreamRun> {
+            self.note("stream_chain", None);
+            Ok(StreamRun::default())
+        }
+    }
+
+    #[test]
+    fn the_escaping_chain_is_launched_and_released_but_not_cycled() {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let logger = |id| Logger {
+            id,
+            log: log.clone(),
+            kept: None,
+        };
+        let (mut safe, mut raw, mut c) =
+            (logger(PathId::Safe), logger(PathId::Raw), logger(PathId::C));
+        let mut paths: [&mut dyn Workloads; 3] = [&mut safe, &mut raw, &mut c];
+        let plan = Plan {
+            ks: vec![1],
+            reps: 1,
+            counts: Counts {
+                launches: 10,
+                sync_iters: 2,
+            },
+            budget: Duration::from_secs(1),
+            segment_cap: 0,
+            shape: Shape {
+                elements: 1,
+                grid: 1,
+                block: 1,
+            },
+            cycles: 3,
+        };
+        let mut samples = Samples::new();
+        one_rep(&plan, &mut paths, 0, false, Some(&mut samples)).unwrap();
+
+        let log = log.borrow();
+        let modes = |what: &str| -> Vec<Mode> {
+            let mut m: Vec<Mode> = log
+                .iter()
+                .filter(|(_, w, _)| *w == what)
+                .filter_map(|(_, _, mode)| *mode)
+                .collect();
+            m.dedup();
+            m.sort();
+            m.dedup();
+            m
+        };
+        assert_eq!(modes("build_instantiate"), Mode::FREED);
+        assert_eq!(modes("graph_chain"), Mode::ALL);
+        assert_eq!(modes("steady"), Mode::ALL);
+        assert_eq!(modes("release_chain"), Mode::ALL);
+        // Every path's chain is released after its launches, before the next chain.
+        for id in PathId::ALL {
+            let mine: Vec<_> = log
+                .iter()
+                .filter(|(p, w, _)| *p == id && (*w == "graph_chain" || *w == "release_chain"))
+                .map(|(_, w, m)| (*w, *m))
+                .collect();
+            let want: Vec<_> = Mode::ALL
+                .iter()
+                .flat_map(|&m| [("graph_chain", Some(m)), ("release_chain", Some(m))])
+                .collect();
+            assert_eq!(mine, want, "{id:?}");
+        }
+        let w = Workload::Graph(Mode::Escaping);
+        for (metric, path) in [
+            (Metric::Steady, PathId::Safe),
+            (Metric::SteadyEnqueueVsRaw, PathId::Safe),
+            (Metric::SteadyEnqueueOverRaw, PathId::C),
+            (Metric::LaunchSyncVsC, PathId::Raw),
+        ] {
+            assert!(
+                samples.contains_key(&(w, 1, metric, path)),
+                "{metric:?} {path:?}"
+            );
+        }
+        assert!(
+            !samples
+                .keys()
+                .any(|key| key.0 == w && key.2 == Metric::BuildInstantiate)
+        );
     }
 }

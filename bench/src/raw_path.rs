@@ -22,7 +22,16 @@ pub struct RawPath {
     fill: sys::CUfunction,
     stream: sys::CUstream,
     /// The chain `graph_chain` left for `launch_sync`.
-    chain: Option<(OwnedExec, OwnedGraph)>,
+    chain: Option<Chain>,
+}
+
+/// A chain left for the launch measurements.
+#[derive(Debug)]
+struct Chain {
+    exec: OwnedExec,
+    _graph: OwnedGraph,
+    /// The allocations of an escaping chain ([`Mode::Escaping`]), live after each launch.
+    escaped: Vec<sys::CUdeviceptr>,
 }
 
 impl RawPath {
@@ -80,19 +89,19 @@ impl RawPath {
         Ok(path)
     }
 
-    /// Makes the primary context current (the C path's runtime calls leave it current too; this
-    /// is a no-op then, but the raw path does not rely on it).
     /// The executable chain `graph_chain` left, for `call`, with the context current.
     fn kept(&self, call: &str) -> Result<sys::CUgraphExec> {
         self.bind()?;
         match &self.chain {
-            Some((exec, _)) => Ok(exec.0),
+            Some(chain) => Ok(chain.exec.0),
             None => Err(BenchError(format!(
                 "{call}: no chain (call graph_chain first)"
             ))),
         }
     }
 
+    /// Makes the primary context current (the C path's runtime calls leave it current too; this
+    /// is a no-op then, but the raw path does not rely on it).
     fn bind(&self) -> Result<()> {
         // SAFETY: the context is retained for as long as `self` lives.
         driver(
@@ -101,10 +110,17 @@ impl RawPath {
         )
     }
 
-    fn build(&self, mode: Mode, k: u32, shape: Shape) -> Result<OwnedGraph> {
+    /// Builds `mode`'s chain; for [`Mode::Escaping`], also the addresses of its allocations.
+    fn build(
+        &self,
+        mode: Mode,
+        k: u32,
+        shape: Shape,
+    ) -> Result<(OwnedGraph, Vec<sys::CUdeviceptr>)> {
         let mut n = shape.elements;
+        let mut escaped = Vec::new();
         match mode {
-            Mode::Explicit => {
+            Mode::Explicit | Mode::Escaping => {
                 let mut graph = OwnedGraph(null_mut());
                 driver(
                     // SAFETY: valid out-pointer; flags must be 0.
@@ -180,6 +196,12 @@ impl RawPath {
                         },
                         "cuGraphAddKernelNode",
                     )?;
+                    if mode.escapes() {
+                        // No free node: the allocation outlives the launch.
+                        escaped.push(dptr);
+                        prev = kernel;
+                        continue;
+                    }
                     let mut free = null_mut();
                     driver(
                         // SAFETY: out-pointer valid; `dptr` is the allocation of `alloc`.
@@ -188,7 +210,7 @@ impl RawPath {
                     )?;
                     prev = free;
                 }
-                Ok(graph)
+                Ok((graph, escaped))
             }
             Mode::Capture => {
                 let stream = self.stream;
@@ -249,7 +271,7 @@ impl RawPath {
                     unsafe { sys::cuStreamEndCapture(stream, &mut graph.0) },
                     "cuStreamEndCapture",
                 )?;
-                Ok(graph)
+                Ok((graph, escaped))
             }
         }
     }
@@ -264,8 +286,10 @@ impl Drop for RawPath {
         unsafe {
             let _ = sys::cuCtxSetCurrent(self.context);
             if !self.stream.is_null() {
+                if let Some(chain) = self.chain.take() {
+                    let _ = free_escaped(&chain, self.stream);
+                }
                 let _ = sys::cuStreamSynchronize(self.stream);
-                self.chain = None;
                 let _ = sys::cuStreamDestroy(self.stream);
             }
             if !self.module.is_null() {
@@ -317,15 +341,34 @@ fn synchronize(stream: sys::CUstream) -> Result<()> {
     )
 }
 
-/// `cuGraphInstantiateWithFlags` with no flags.
-fn instantiate(graph: &OwnedGraph) -> Result<OwnedExec> {
+/// `cuGraphInstantiateWithFlags`: with AutoFreeOnLaunch for an escaping chain, else no flags.
+fn instantiate(graph: &OwnedGraph, mode: Mode) -> Result<OwnedExec> {
+    let flags = if mode.escapes() {
+        sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH.0 as u64
+    } else {
+        0
+    };
     let mut exec = OwnedExec(null_mut());
     driver(
         // SAFETY: valid out-pointer; the graph is live.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec.0, graph.0, 0) },
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec.0, graph.0, flags) },
         "cuGraphInstantiateWithFlags",
     )?;
     Ok(exec)
+}
+
+/// Frees, on `stream` after its work, the allocations the last launch of an escaping chain left
+/// live (`cuMemFreeAsync`).
+fn free_escaped(chain: &Chain, stream: sys::CUstream) -> Result<()> {
+    for &dptr in &chain.escaped {
+        driver(
+            // SAFETY: the chain was launched (graph_chain launches it once), so each address is
+            // a live graph allocation; freed once, after the launches queued on the stream.
+            unsafe { sys::cuMemFreeAsync(dptr, stream) },
+            "cuMemFreeAsync",
+        )?;
+    }
+    Ok(())
 }
 
 /// Ends a capture that an error interrupted, discarding its graph, so the stream stays usable.
@@ -347,16 +390,23 @@ impl Workloads for RawPath {
 
     fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape) -> Result<GraphRun> {
         self.release_chain()?;
-        let graph = self.build(mode, k, shape)?;
-        let exec = instantiate(&graph)?;
+        let (graph, escaped) = self.build(mode, k, shape)?;
+        let exec = instantiate(&graph, mode)?;
         let t = Instant::now();
         launch(exec.0, self.stream)?;
-        synchronize(self.stream)?;
+        let chain = Chain {
+            exec,
+            _graph: graph,
+            escaped,
+        };
+        // Kept from here on, so that an error still frees what the launch allocated.
+        let synced = synchronize(self.stream);
         let run = GraphRun {
             check: None,
             first_launch: t.elapsed(),
         };
-        self.chain = Some((exec, graph));
+        self.chain = Some(chain);
+        synced?;
         Ok(run)
     }
 
@@ -386,9 +436,12 @@ impl Workloads for RawPath {
 
     fn release_chain(&mut self) -> Result<()> {
         self.bind()?;
-        if self.chain.is_some() {
-            synchronize(self.stream)?;
-            self.chain = None;
+        if let Some(chain) = self.chain.take() {
+            let freed = free_escaped(&chain, self.stream);
+            let synced = synchronize(self.stream);
+            drop(chain);
+            freed?;
+            synced?;
         }
         Ok(())
     }
@@ -402,10 +455,10 @@ impl Workloads for RawPath {
     ) -> Result<CycleRun> {
         self.bind()?;
         let t = Instant::now();
-        let graph = self.build(mode, k, shape)?;
+        let (graph, _) = self.build(mode, k, shape)?;
         let build = t.elapsed();
         let t = Instant::now();
-        let exec = instantiate(&graph)?;
+        let exec = instantiate(&graph, mode)?;
         let instantiate = t.elapsed();
         drop(exec);
         drop(graph);

@@ -1,8 +1,6 @@
 //! The workloads through the safe API (`cuda-graph`), written as a user of the crate writes them.
 
-use std::time::Instant;
-
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cuda_graph::{
     AllocParams, AsStream, CaptureMode, ExecGraph, Function, Graph, InstantiateFlags, KernelArgs,
@@ -71,6 +69,21 @@ impl SafePath {
                 }
                 Ok(graph)
             }
+            Mode::Escaping => {
+                let mut graph = Graph::new(&self.device)?;
+                let params = AllocParams::new(&self.device, shape.bytes());
+                let mut prev: Option<Node> = None;
+                for i in 0..k {
+                    let (alloc, buf) = graph.add_mem_alloc_node(prev.as_slice(), &params)?;
+                    let args = KernelArgs::new().ptr(&buf).value(n).value(i);
+                    // SAFETY: fill_u32 takes (unsigned* p, unsigned long long n, unsigned v); the
+                    // allocation holds n values and outlives the launch (nothing frees it here).
+                    prev = Some(unsafe {
+                        graph.add_kernel_node(&[alloc], &self.fill, config, &args)?
+                    });
+                }
+                Ok(graph)
+            }
             Mode::Capture => {
                 let (graph, ()) = capture(&self.stream, CaptureMode::Global, |cap| {
                     for i in 0..k {
@@ -86,6 +99,16 @@ impl SafePath {
                 Ok(graph)
             }
         }
+    }
+}
+
+/// How `mode`'s chain is instantiated: escaping allocations with AutoFreeOnLaunch, so that it
+/// can be launched again while the previous launch's allocations are live.
+fn flags(mode: Mode) -> InstantiateFlags {
+    if mode.escapes() {
+        InstantiateFlags::AUTO_FREE_ON_LAUNCH
+    } else {
+        InstantiateFlags::NONE
     }
 }
 
@@ -107,7 +130,7 @@ impl Workloads for SafePath {
         self.release_chain()?;
         let mut run = GraphRun::default();
         let graph = self.build(mode, k, shape)?;
-        let exec = graph.instantiate(InstantiateFlags::NONE)?;
+        let exec = graph.instantiate(flags(mode))?;
 
         // The checks alone, after the checked instantiation so that they do not warm it.
         let t = Instant::now();
@@ -150,7 +173,15 @@ impl Workloads for SafePath {
     }
 
     fn release_chain(&mut self) -> Result<()> {
-        if self.chain.is_some() {
+        if let Some((exec, _)) = &self.chain {
+            // The allocations the last launch left live (escaping chains), freed in stream order
+            // as a user frees them; dropping the last handle would free them too, on the
+            // device's private stream.
+            for a in exec.unfreed_allocations() {
+                if a.is_live() {
+                    a.free_async(&self.stream)?;
+                }
+            }
             self.stream.synchronize()?;
             self.chain = None;
         }
@@ -169,9 +200,9 @@ impl Workloads for SafePath {
         let build = t.elapsed();
         let t = Instant::now();
         let exec = if checked {
-            graph.instantiate(InstantiateFlags::NONE)?
+            graph.instantiate(flags(mode))?
         } else {
-            graph.instantiate_unchecked(InstantiateFlags::NONE)?
+            graph.instantiate_unchecked(flags(mode))?
         };
         let instantiate = t.elapsed();
         drop(exec);

@@ -97,25 +97,41 @@ impl Shape {
     }
 }
 
-/// How a graph workload builds its graph.
+/// Which chain a graph workload builds, and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Mode {
     /// `cuGraphAddMemAllocNode` / kernel node / `cuGraphAddMemFreeNode`.
     Explicit,
     /// Stream capture of `cuMemAllocAsync` / kernel launch / `cuMemFreeAsync`.
     Capture,
+    /// Explicit alloc and kernel nodes without free nodes: every segment's allocation escapes
+    /// the graph (G.3.3), and the graph is instantiated with AutoFreeOnLaunch, so that each
+    /// launch first frees what the previous launch left. The safe API launches it on its slow
+    /// path (locks, ordering, an event per allocation); the other paths make the same
+    /// `cuGraphLaunch` without that bookkeeping.
+    Escaping,
 }
 
 impl Mode {
-    /// Both, in the order they run.
-    pub const ALL: [Mode; 2] = [Mode::Explicit, Mode::Capture];
+    /// Every graph workload that is launched, in the order they run.
+    pub const ALL: [Mode; 3] = [Mode::Explicit, Mode::Capture, Mode::Escaping];
+
+    /// The chains that free every allocation they make (the safe API's fast launch path),
+    /// which the build + instantiate cycles also time.
+    pub const FREED: [Mode; 2] = [Mode::Explicit, Mode::Capture];
 
     /// The name in tables and files.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Explicit => "explicit graph",
             Mode::Capture => "captured graph",
+            Mode::Escaping => "escaping graph",
         }
+    }
+
+    /// Whether the graph's allocations escape it (instantiated with AutoFreeOnLaunch).
+    pub fn escapes(self) -> bool {
+        self == Mode::Escaping
     }
 }
 
@@ -197,9 +213,11 @@ pub trait Workloads {
     fn id(&self) -> PathId;
 
     /// A chain of `k` segments alloc → kernel → free, each after the previous free, built with
-    /// `mode`, instantiated and launched once. The executable graph stays for
-    /// [`steady`](Workloads::steady) and [`launch_sync`](Workloads::launch_sync) until
-    /// [`release_chain`](Workloads::release_chain) or the next call.
+    /// `mode` (for [`Mode::Escaping`]: alloc → kernel, each after the previous kernel, nothing
+    /// freed, instantiated with AutoFreeOnLaunch), instantiated and launched once. The
+    /// executable graph stays for [`steady`](Workloads::steady) and
+    /// [`launch_sync`](Workloads::launch_sync) until [`release_chain`](Workloads::release_chain)
+    /// or the next call.
     fn graph_chain(&mut self, mode: Mode, k: u32, shape: Shape) -> Result<GraphRun>;
 
     /// `launches` launches of the chain the last `graph_chain` left, then one synchronize.
@@ -208,7 +226,8 @@ pub trait Workloads {
     /// `iters` times launch + synchronize of the chain the last `graph_chain` left.
     fn launch_sync(&mut self, iters: u32) -> Result<Duration>;
 
-    /// Destroys the chain the last `graph_chain` left, if any, once its launches are done.
+    /// Destroys the chain the last `graph_chain` left, if any, once its launches are done; frees
+    /// the allocations its last launch left live ([`Mode::Escaping`]).
     fn release_chain(&mut self) -> Result<()>;
 
     /// One build + instantiate cycle of the same chain: built with `mode`, instantiated, then
