@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::event::{Event, EventFlags};
+use crate::event::Event;
 use crate::graph::Keep;
 use crate::memory::{DeviceAddress, Owner, sealed};
 use crate::stream::{AsStream, CaptureStatus};
@@ -166,7 +166,7 @@ pub(crate) struct LiveState {
     live: bool,
     /// Recorded after the launch that allocated it, on the stream of that id: the allocation's
     /// own event, re-recorded by each allocating launch.
-    allocated: Option<(u64, Event)>,
+    allocated: Option<(u64, Arc<Event>)>,
     /// The last use on each other stream.
     uses: StreamUses,
 }
@@ -390,22 +390,16 @@ impl LiveState {
         self.uses.note(device, stream, id)
     }
 
-    /// A launch on `stream` (id `id`) allocated it.
-    pub(crate) fn allocated_on(
-        &mut self,
-        device: &Device,
-        stream: &impl AsStream,
-        id: u64,
-    ) -> Result<()> {
+    /// A launch on the stream of id `id` allocated it; `event` was recorded after the launch.
+    pub(crate) fn allocated_on(&mut self, id: u64, event: &Arc<Event>) {
         self.live = true;
         self.uses.clear();
-        let event = match self.allocated.take() {
-            Some((_, event)) => event,
-            None => Event::with_flags(device, EventFlags::DISABLE_TIMING)?,
-        };
-        let recorded = event.record(stream);
-        self.allocated = Some((id, event));
-        recorded
+        self.allocated = Some((id, event.clone()));
+    }
+
+    /// A launch on the stream of id `id` used it; `event` was recorded after the launch.
+    pub(crate) fn used_by_launch(&mut self, id: u64, event: &Arc<Event>) {
+        self.uses.note_event(id, event);
     }
 
     /// It was freed (by a launch, a captured free, or `free_async`).

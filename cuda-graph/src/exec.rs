@@ -12,6 +12,7 @@ use crate::error::{Error, Result, check};
 use crate::graph::{Graph, KeepList};
 use crate::stream::AsStream;
 use crate::sys;
+use crate::uses::recorded;
 
 /// Instantiation flags (`CUgraphInstantiate_flags`), a bit-set:
 /// `InstantiateFlags::AUTO_FREE_ON_LAUNCH | InstantiateFlags::UPLOAD`.
@@ -162,7 +163,21 @@ impl Graph {
             .collect();
         locked.sort_by_key(GraphAllocation::id);
         locked.dedup_by_key(|a| a.id());
+        let at = |list: &[GraphAllocation]| -> Vec<usize> {
+            list.iter()
+                .map(|a| {
+                    locked
+                        .binary_search_by_key(&a.id(), GraphAllocation::id)
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
+        let (unfreed_at, frees_at, uses_at) = (at(&unfreed), at(&foreign_frees), at(&foreign_uses));
         Ok(ExecGraph {
+            events: std::cell::RefCell::new(Vec::new()),
+            unfreed_at,
+            frees_at,
+            uses_at,
             raw,
             device: self.device.clone(),
             flags,
@@ -248,6 +263,13 @@ pub struct ExecGraph {
     foreign_uses: Vec<GraphAllocation>,
     /// The three lists above, each allocation once, in id order: the launch path locks them.
     locked: Vec<GraphAllocation>,
+    /// For each allocation of `unfreed`, `foreign_frees` and `foreign_uses`, its position in
+    /// `locked`.
+    unfreed_at: Vec<usize>,
+    frees_at: Vec<usize>,
+    uses_at: Vec<usize>,
+    /// Events of earlier launches, recorded again once no allocation holds them.
+    events: std::cell::RefCell<Vec<Arc<crate::event::Event>>>,
     instantiated: Option<Arc<AtomicBool>>,
     _tracked: crate::track::Tracked,
 }
@@ -307,16 +329,12 @@ impl ExecGraph {
         let id = stream.stream_id()?;
         let raw = stream.as_raw_stream();
         let mut states: Vec<_> = self.locked.iter().map(|a| a.lock()).collect();
-        let state_of = |a: &GraphAllocation| {
-            self.locked
-                .iter()
-                .position(|l| l.same(a))
-                .expect("every listed allocation is locked")
-        };
-        for a in self.foreign_frees.iter().chain(&self.foreign_uses) {
-            let state = &states[state_of(a)];
+        let frees = self.foreign_frees.iter().zip(&self.frees_at);
+        let uses = self.foreign_uses.iter().zip(&self.uses_at);
+        for (a, &at) in frees.clone().chain(uses.clone()) {
+            let state = &states[at];
             if !state.is_live() {
-                let verb = if self.foreign_frees.iter().any(|f| f.same(a)) {
+                let verb = if self.frees_at.contains(&at) {
                     "frees"
                 } else {
                     "uses"
@@ -328,16 +346,17 @@ impl ExecGraph {
                     ),
                 ));
             }
-            state.order_use(raw, id)?;
         }
-        for a in &self.foreign_frees {
-            states[state_of(a)].order_free(raw, id)?;
+        for &at in &self.uses_at {
+            states[at].order_use(raw, id)?;
         }
-        for a in &self.unfreed {
+        for &at in &self.frees_at {
+            states[at].order_free(raw, id)?;
+        }
+        for &at in &self.unfreed_at {
             // With AutoFreeOnLaunch the launch first frees the previous launch's allocation.
-            let state = &states[state_of(a)];
-            if state.is_live() {
-                state.order_free(raw, id)?;
+            if states[at].is_live() {
+                states[at].order_free(raw, id)?;
             }
         }
         check(
@@ -346,14 +365,25 @@ impl ExecGraph {
             unsafe { sys::cuGraphLaunch(self.raw, raw) },
             "cuGraphLaunch",
         )?;
-        for a in &self.unfreed {
-            states[state_of(a)].allocated_on(&self.device, stream, id)?;
+        for &at in &self.frees_at {
+            states[at].forget();
         }
-        for a in &self.foreign_uses {
-            states[state_of(a)].used_on(&self.device, stream, id)?;
+        if self.unfreed_at.is_empty() && self.uses_at.is_empty() {
+            return Ok(());
         }
-        for a in &self.foreign_frees {
-            states[state_of(a)].forget();
+        // One event after the launch, shared by every allocation it made or used; an earlier
+        // one that no allocation holds any more is recorded again.
+        let mut pool = self.events.borrow_mut();
+        let spare = pool.iter().position(|e| Arc::strong_count(e) == 1);
+        let event = recorded(&self.device, stream, spare.map(|i| pool.swap_remove(i)))?;
+        if pool.len() < 4 {
+            pool.push(event.clone());
+        }
+        for &at in &self.unfreed_at {
+            states[at].allocated_on(id, &event);
+        }
+        for &at in &self.uses_at {
+            states[at].used_by_launch(id, &event);
         }
         Ok(())
     }

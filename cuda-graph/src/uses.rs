@@ -2,9 +2,12 @@
 //!
 //! Streams are told apart by the driver's stream id (`cuStreamGetId`), not by handle: the
 //! per-thread default stream has one handle and a different stream on every thread. Each
-//! stream's entry owns its event, re-recorded at each use there (stream order makes the latest
-//! record cover the earlier uses); no event is shared with another set, so no record elsewhere
-//! can move it.
+//! stream's entry holds an event recorded after the latest use there (stream order makes it
+//! cover the earlier uses). An event is re-recorded only while this entry is its one holder;
+//! a graph launch that uses many allocations records one event and shares it among them, and a
+//! shared event is never recorded again, so no record elsewhere can move an entry's event.
+
+use std::sync::Arc;
 
 use crate::device::Device;
 use crate::error::{Result, check};
@@ -15,19 +18,41 @@ use crate::sys;
 /// The last use of some memory on each stream that used it.
 #[derive(Debug, Default)]
 pub(crate) struct StreamUses {
-    entries: Vec<(u64, Event)>,
+    entries: Vec<(u64, Arc<Event>)>,
+}
+
+/// An event recorded after some work: `event` on `stream`, or a new one. An event held
+/// elsewhere too is never recorded again.
+pub(crate) fn recorded(
+    device: &Device,
+    stream: &impl AsStream,
+    reuse: Option<Arc<Event>>,
+) -> Result<Arc<Event>> {
+    let event = match reuse {
+        Some(event) if Arc::strong_count(&event) == 1 => event,
+        _ => Arc::new(Event::with_flags(device, EventFlags::DISABLE_TIMING)?),
+    };
+    event.record(stream)?;
+    Ok(event)
 }
 
 impl StreamUses {
     /// Work using the memory was queued on `stream`, whose id is `id`.
     pub(crate) fn note(&mut self, device: &Device, stream: &impl AsStream, id: u64) -> Result<()> {
-        if let Some((_, event)) = self.entries.iter().find(|(s, _)| *s == id) {
-            return event.record(stream);
-        }
-        let event = Event::with_flags(device, EventFlags::DISABLE_TIMING)?;
-        event.record(stream)?;
+        let slot = self.entries.iter().position(|(s, _)| *s == id);
+        let reuse = slot.map(|i| self.entries.swap_remove(i).1);
+        let event = recorded(device, stream, reuse)?;
         self.entries.push((id, event));
         Ok(())
+    }
+
+    /// Work using the memory was queued on the stream of id `id`, and `event` was recorded
+    /// after it (an event shared with other allocations of the same launch).
+    pub(crate) fn note_event(&mut self, id: u64, event: &Arc<Event>) {
+        match self.entries.iter_mut().find(|(s, _)| *s == id) {
+            Some(entry) => entry.1 = event.clone(),
+            None => self.entries.push((id, event.clone())),
+        }
     }
 
     /// Makes `stream` (id `id`) wait for the uses on every other stream.

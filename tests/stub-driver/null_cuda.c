@@ -54,6 +54,7 @@ struct user_object { destroy_fn destroy; void *data; int refs; };
 enum { MAX_HOLDERS = 1 << 14 };
 static struct { void *holder; struct user_object *object; } holders[MAX_HOLDERS];
 static int holders_lock;
+static size_t holders_end; /* slots at and past this index were never used */
 static void lock(void) { while (__atomic_exchange_n(&holders_lock, 1, __ATOMIC_ACQUIRE)) {} }
 static void unlock(void) { __atomic_store_n(&holders_lock, 0, __ATOMIC_RELEASE); }
 static void release_object(struct user_object *o, int count)
@@ -67,14 +68,19 @@ static void hold(void *holder, struct user_object *o)
 {
     lock();
     for (size_t i = 0; i < MAX_HOLDERS; i++)
-        if (!holders[i].holder) { holders[i].holder = holder; holders[i].object = o; break; }
+        if (!holders[i].holder) {
+            holders[i].holder = holder;
+            holders[i].object = o;
+            if (i >= holders_end) holders_end = i + 1;
+            break;
+        }
     unlock();
 }
 static struct user_object *held_by(void *holder, int remove)
 {
     struct user_object *o = NULL;
     lock();
-    for (size_t i = 0; i < MAX_HOLDERS; i++)
+    for (size_t i = 0; i < holders_end; i++)
         if (holders[i].holder == holder) {
             o = holders[i].object;
             if (remove) holders[i].holder = NULL;
