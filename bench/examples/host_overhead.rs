@@ -128,7 +128,8 @@ fn run(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f64> 
                 let exec = if path == Path::Safe {
                     graph.instantiate(InstantiateFlags::NONE)?
                 } else {
-                    graph.instantiate_unchecked(InstantiateFlags::NONE)?
+                    // SAFETY: the chain obeys the lifetime rules (the checked mode checks it).
+                    unsafe { graph.instantiate_unchecked(InstantiateFlags::NONE)? }
                 };
                 drop(exec);
             }

@@ -169,6 +169,10 @@ pub(crate) struct LiveState {
     allocated: Option<(u64, Arc<Event>)>,
     /// The last use on each other stream.
     uses: StreamUses,
+    /// Recorded after the last free outside the owning graph (`free_async`, another graph's
+    /// free node), on the stream of that id: the owner's next launch, which maps the fixed
+    /// address again, waits for it when it runs elsewhere.
+    freed: Option<(u64, Arc<Event>)>,
 }
 
 // SAFETY: the address is a plain integer; the state is behind a mutex; the events and streams
@@ -305,6 +309,8 @@ impl GraphAllocation {
     /// it and later uses on other streams (the stream waits for their events). It must be live
     /// (allocated by a launch, not yet freed).
     pub fn free_async(&self, stream: &impl AsStream) -> Result<()> {
+        // No capture of this crate begins between the check below and the free.
+        let _gate = deferred::hold_gate();
         if stream.capture_status()? != CaptureStatus::None {
             return Err(Error::invalid(
                 "GraphAllocation::free_async",
@@ -330,6 +336,15 @@ impl GraphAllocation {
             "cuMemFreeAsync",
         )?;
         state.forget();
+        match crate::uses::recorded(&self.inner.device, stream, None) {
+            Ok(event) => state.freed = Some((id, event)),
+            Err(e) => {
+                // The owner's next launch could not be ordered after this free: wait for it.
+                stream.synchronize()?;
+                state.freed = None;
+                return Err(e);
+            }
+        }
         Ok(())
     }
 
@@ -390,11 +405,28 @@ impl LiveState {
         self.uses.note(device, stream, id)
     }
 
-    /// A launch on the stream of id `id` allocated it; `event` was recorded after the launch.
-    pub(crate) fn allocated_on(&mut self, id: u64, event: &Arc<Event>) {
+    /// A launch on the stream of id `id` allocated it; `event` was recorded after the launch
+    /// (`None`: the launch is known to be complete).
+    pub(crate) fn allocated_on(&mut self, id: u64, event: Option<&Arc<Event>>) {
         self.live = true;
         self.uses.clear();
-        self.allocated = Some((id, event.clone()));
+        self.allocated = event.map(|e| (id, e.clone()));
+    }
+
+    /// A launch of a graph that frees it, on the stream of id `id`, was queued; `event` was
+    /// recorded after it (`None`: the launch is known to be complete).
+    pub(crate) fn freed_on(&mut self, id: u64, event: Option<&Arc<Event>>) {
+        self.forget();
+        self.freed = event.map(|e| (id, e.clone()));
+    }
+
+    /// Makes `stream` (id `id`), about to launch the owning graph again, wait for the last free
+    /// outside it when that ran on another stream.
+    pub(crate) fn order_realloc(&self, stream: sys::CUstream, id: u64) -> Result<()> {
+        match &self.freed {
+            Some((s, event)) if *s != id => wait(stream, event),
+            _ => Ok(()),
+        }
     }
 
     /// A launch on the stream of id `id` used it; `event` was recorded after the launch.
@@ -418,7 +450,7 @@ impl Drop for AllocInner {
         // Nobody freed it: free it on the device's private stream, after the launch that
         // allocated it and every use since; put off while a capture forbids it.
         let (ptr, device) = (self.ptr, self.device.clone());
-        deferred::release(move || {
+        deferred::release(device.ordinal(), move || {
             let result = device.reaper_stream().and_then(|reaper| {
                 if let Some((_, event)) = &state.allocated {
                     wait(reaper, event)?;

@@ -16,7 +16,7 @@ use crate::graph::{Graph, KeepList, MemOp, NodeKind, next_graph_id};
 use crate::idmap::IdMap;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pool::MemPool;
-use crate::stream::{AsStream, CaptureStatus};
+use crate::stream::{AsStream, CaptureStatus, Stream};
 use crate::sys;
 
 /// How a capture reacts to capture-unsafe calls on other threads (`CUstreamCaptureMode`).
@@ -76,12 +76,26 @@ impl<S: AsStream> std::fmt::Debug for Capture<'_, S> {
     }
 }
 
-impl<'s, S: AsStream> Capture<'s, S> {
+impl<'s> Capture<'s, Stream> {
     /// Begins capturing `stream` (`cuStreamBeginCapture`). A stream that already captures
     /// (its own capture, or another's it was forked into) is refused before the driver is
     /// called: a second `cuStreamBeginCapture` fails and can disturb the capture in progress.
-    pub fn begin(stream: &'s S, mode: CaptureMode) -> Result<Capture<'s, S>> {
+    ///
+    /// A guard of its own only for an owned [`Stream`]: if the guard is forgotten, the stream's
+    /// drop ends the capture. Other streams capture through [`capture`], whose closure cannot
+    /// lose the guard.
+    pub fn begin(stream: &'s Stream, mode: CaptureMode) -> Result<Capture<'s, Stream>> {
+        Capture::begin_on(stream, mode)
+    }
+}
+
+impl<'s, S: AsStream> Capture<'s, S> {
+    /// [`Capture::begin`] on any stream.
+    fn begin_on(stream: &'s S, mode: CaptureMode) -> Result<Capture<'s, S>> {
         stream.device().bind()?;
+        // Exclusive until the capture is registered: no release checked before it runs inside
+        // it, and no free checked "not capturing" on this stream is captured.
+        let _gate = deferred::exclusive_gate();
         if stream.capture_status()? != CaptureStatus::None {
             return Err(Error::invalid(
                 "cuStreamBeginCapture",
@@ -111,9 +125,10 @@ impl<'s, S: AsStream> Capture<'s, S> {
                 ));
             }
         };
+        let thread = std::thread::current().id();
         let restricts = match mode {
             CaptureMode::Global => Restricts::AllThreads,
-            CaptureMode::ThreadLocal => Restricts::Thread(std::thread::current().id()),
+            CaptureMode::ThreadLocal => Restricts::Thread(thread),
             CaptureMode::Relaxed => Restricts::Nothing,
         };
         let keep = Arc::new(KeepList::default());
@@ -121,6 +136,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
             stream.as_raw_stream() as usize,
             capture_id,
             restricts,
+            thread,
             keep.clone(),
         );
         Ok(Capture {
@@ -344,13 +360,19 @@ impl<S: AsStream> Drop for Capture<'_, S> {
         if self.ended {
             return;
         }
+        let device = self.stream.device();
         let mut raw = std::ptr::null_mut();
         // SAFETY: ends the capture this guard began; the graph, if any, is discarded.
-        let _ = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
-        deferred::capture_ended(self.capture_id);
+        let code = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
+        // An invalidated capture ends with an error, and is over; one the driver would not end
+        // (the guard was moved to another thread) still captures, and stays registered.
+        device.record(code, "cuStreamEndCapture");
+        if matches!(self.stream.capture_status(), Ok(CaptureStatus::None)) {
+            deferred::capture_ended(self.capture_id);
+        }
         if !raw.is_null() {
             // SAFETY: the discarded graph is ours to destroy.
-            let _ = unsafe { sys::cuGraphDestroy(raw) };
+            device.record(unsafe { sys::cuGraphDestroy(raw) }, "cuGraphDestroy");
         }
     }
 }
@@ -362,7 +384,7 @@ pub fn capture<S: AsStream, T>(
     mode: CaptureMode,
     f: impl FnOnce(&Capture<'_, S>) -> Result<T>,
 ) -> Result<(Graph, T)> {
-    let guard = Capture::begin(stream, mode)?;
+    let guard = Capture::begin_on(stream, mode)?;
     let value = f(&guard)?;
     Ok((guard.end()?, value))
 }

@@ -21,20 +21,88 @@
 //! thread (`cuda-graph-release`, started at the first such release), which the destructor
 //! wakes: memory the driver is done with is not held until the program's next call.
 
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 use std::thread::ThreadId;
 
 use crate::error::Error;
 use crate::graph::KeepList;
 
-/// A queued release: returns `true` once done, `false` to stay queued (its stream still
-/// captures). Runs only when no registered capture forbids releases.
-pub(crate) type Job = Box<dyn FnMut() -> bool + Send>;
+/// A queued release of something of device `.0`: returns `true` once done, `false` to stay
+/// queued (its stream still captures). Runs only when no registered capture forbids releases.
+pub(crate) type Job = (usize, Box<dyn FnMut() -> bool + Send>);
 
 static QUEUE: Mutex<Vec<Job>> = Mutex::new(Vec::new());
-/// `QUEUE.len()`, readable without the lock (a flush point that finds 0 costs one load).
+/// Jobs queued or being run by a flush, readable without the lock (a flush point that finds 0
+/// costs one load; a stream is destroyed at once only when no job, queued or running, may name
+/// it).
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+/// Orders releases against the beginning of captures: a release holds it shared from its check
+/// ([`release_allowed`]) to its end, [`Capture`](crate::Capture)'s beginning holds it exclusive
+/// until the capture is registered. So no release runs inside a capture that began after its
+/// check, and no free checked "not capturing" is captured.
+static GATE: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// How many [`Gate`]s this thread holds (a release may drop values whose release nests).
+    static GATE_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Whether this thread runs a host node's function (a driver thread, where CUDA must not
+    /// be called).
+    static IN_HOST_FUNCTION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as running a host node's function until the value drops: the
+/// crate then refuses to bind a context ([`crate::Device::bind`]) and queues releases.
+pub(crate) struct InHostFunction(());
+
+impl InHostFunction {
+    pub(crate) fn enter() -> InHostFunction {
+        IN_HOST_FUNCTION.set(true);
+        InHostFunction(())
+    }
+}
+
+impl Drop for InHostFunction {
+    fn drop(&mut self) {
+        IN_HOST_FUNCTION.set(false);
+    }
+}
+
+/// Whether the calling thread runs a host node's function.
+#[inline]
+pub(crate) fn in_host_function() -> bool {
+    IN_HOST_FUNCTION.get()
+}
+
+/// The shared hold of [`GATE`], re-entrant on one thread.
+pub(crate) struct Gate {
+    _held: Option<RwLockReadGuard<'static, ()>>,
+}
+
+/// Holds the gate shared until the value drops.
+pub(crate) fn hold_gate() -> Gate {
+    let depth = GATE_DEPTH.get();
+    GATE_DEPTH.set(depth + 1);
+    Gate {
+        _held: (depth == 0).then(|| GATE.read().unwrap_or_else(|e| e.into_inner())),
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        GATE_DEPTH.set(GATE_DEPTH.get() - 1);
+    }
+}
+
+/// Holds the gate exclusively: while a capture begins and is registered.
+pub(crate) fn exclusive_gate() -> RwLockWriteGuard<'static, ()> {
+    GATE.write().unwrap_or_else(|e| e.into_inner())
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -59,6 +127,8 @@ struct Registered {
     /// The driver's capture id.
     id: u64,
     restricts: Restricts,
+    /// The thread that began it: only it can end a capture that is not relaxed.
+    thread: ThreadId,
     /// What the captured nodes refer to: launches captured on any stream of this capture, also
     /// through [`Function::launch`](crate::Function::launch), add to it.
     keep: Arc<KeepList>,
@@ -70,12 +140,19 @@ static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Registers a capture that began on `stream` with the driver's capture `id`, whose graph will
 /// keep `keep`.
-pub(crate) fn capture_began(stream: usize, id: u64, restricts: Restricts, keep: Arc<KeepList>) {
+pub(crate) fn capture_began(
+    stream: usize,
+    id: u64,
+    restricts: Restricts,
+    thread: ThreadId,
+    keep: Arc<KeepList>,
+) {
     let mut captures = lock(&CAPTURES);
     captures.push(Registered {
         stream,
         id,
         restricts,
+        thread,
         keep,
     });
     ACTIVE.store(captures.len(), Ordering::Release);
@@ -95,15 +172,16 @@ pub(crate) fn capture_ended(id: u64) -> bool {
     found
 }
 
-/// The id of the registered capture whose origin stream is `stream`, if any.
-pub(crate) fn capture_on(stream: usize) -> Option<u64> {
+/// The id of the registered capture whose origin stream is `stream`, and the thread that
+/// began it (which alone can end it unless it is relaxed), if any.
+pub(crate) fn capture_on(stream: usize) -> Option<(u64, ThreadId)> {
     if ACTIVE.load(Ordering::Acquire) == 0 {
         return None;
     }
     lock(&CAPTURES)
         .iter()
         .find(|c| c.stream == stream)
-        .map(|c| c.id)
+        .map(|c| (c.id, c.thread))
 }
 
 /// Whether any capture is registered (one atomic load).
@@ -122,6 +200,9 @@ pub(crate) fn capture_keep(id: u64) -> Option<Arc<KeepList>> {
 
 /// Whether a release may run on this thread now: no registered capture restricts it.
 pub(crate) fn release_allowed() -> bool {
+    if in_host_function() {
+        return false;
+    }
     if ACTIVE.load(Ordering::Acquire) == 0 {
         return true;
     }
@@ -133,20 +214,41 @@ pub(crate) fn release_allowed() -> bool {
     })
 }
 
-/// Runs `job` now if releases are allowed and it completes; queues it otherwise.
-pub(crate) fn release(mut job: impl FnMut() -> bool + Send + 'static) {
-    if release_allowed() && job() {
-        return;
+/// Runs `job`, a release of something of device `ordinal`, now if releases are allowed and it
+/// completes; queues it otherwise.
+pub(crate) fn release(ordinal: usize, mut job: impl FnMut() -> bool + Send + 'static) {
+    {
+        let _gate = hold_gate();
+        if release_allowed() && run(ordinal, &mut job) {
+            return;
+        }
     }
-    enqueue(Box::new(job));
+    enqueue(ordinal, Box::new(job));
+}
+
+/// Runs a job; a panic in it (a value's `Drop`) is caught and recorded as a drop error of
+/// device `ordinal`, and counts as done.
+fn run(ordinal: usize, job: &mut dyn FnMut() -> bool) -> bool {
+    match catch_unwind(AssertUnwindSafe(job)) {
+        Ok(done) => done,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            record_drop_error(ordinal, Error::ReleasePanicked(what));
+            true
+        }
+    }
 }
 
 /// Queues `job` without trying it (for callers that must not call CUDA, such as user-object
 /// destructors on driver threads).
-pub(crate) fn enqueue(job: Job) {
+pub(crate) fn enqueue(ordinal: usize, job: Box<dyn FnMut() -> bool + Send>) {
     let mut queue = lock(&QUEUE);
-    queue.push(job);
-    QUEUED.store(queue.len(), Ordering::Release);
+    queue.push((ordinal, job));
+    QUEUED.fetch_add(1, Ordering::AcqRel);
 }
 
 /// How many jobs are queued.
@@ -156,8 +258,8 @@ pub(crate) fn queued() -> usize {
 
 /// Queues `job` from a driver thread (a user object's destructor) and wakes the release
 /// thread, which runs it as soon as no registered capture forbids it.
-pub(crate) fn enqueue_from_driver(job: Job) {
-    enqueue(job);
+pub(crate) fn enqueue_from_driver(ordinal: usize, job: Box<dyn FnMut() -> bool + Send>) {
+    enqueue(ordinal, job);
     /// A flag the release thread sleeps on, and its signal.
     type Wake = Arc<(Mutex<bool>, Condvar)>;
     static WAKE: OnceLock<Option<Wake>> = OnceLock::new();
@@ -202,16 +304,19 @@ pub(crate) fn flush_if_queued() {
 /// synchronization, instantiation, drops of executable graphs and streams); call it to release
 /// memory at a moment of your choosing, or in a leak test.
 pub fn flush_deferred() -> usize {
+    let _gate = hold_gate();
     if !release_allowed() {
         return QUEUED.load(Ordering::Acquire);
     }
-    // Taken out of the lock: a job may drop values whose own release queues more jobs.
+    // Taken out of the lock: a job may drop values whose own release queues more jobs. They
+    // still count in QUEUED until they are done.
     let jobs = std::mem::take(&mut *lock(&QUEUE));
-    QUEUED.store(0, Ordering::Release);
     let mut waiting: Vec<Job> = Vec::new();
-    for mut job in jobs {
-        if !job() {
-            waiting.push(job);
+    for (ordinal, mut job) in jobs {
+        if run(ordinal, &mut *job) {
+            QUEUED.fetch_sub(1, Ordering::AcqRel);
+        } else {
+            waiting.push((ordinal, job));
         }
     }
     let mut queue = lock(&QUEUE);
@@ -220,7 +325,6 @@ pub fn flush_deferred() -> usize {
         waiting.append(&mut queue);
         *queue = waiting;
     }
-    QUEUED.store(queue.len(), Ordering::Release);
     queue.len()
 }
 

@@ -146,9 +146,17 @@ impl Device {
         self.inner.context
     }
 
-    /// Makes the primary context current on the calling thread, unless it already is.
+    /// Makes the primary context current on the calling thread, unless it already is. Refused
+    /// inside a host node's function, which runs on a driver thread where CUDA must not be
+    /// called.
     #[inline]
     pub fn bind(&self) -> Result<()> {
+        if deferred::in_host_function() {
+            return Err(Error::invalid(
+                "Device::bind",
+                "called from a host node's function, where CUDA must not be called",
+            ));
+        }
         let mut current = std::ptr::null_mut();
         check(
             // SAFETY: `current` is a valid out-pointer.

@@ -27,6 +27,10 @@ pub enum Error {
     /// [`Capture`](crate::Capture) guard was forgotten): the capture was ended and its graph
     /// discarded. Recorded in [`Device::drop_errors`](crate::Device::drop_errors).
     CaptureLeftOpen,
+    /// A value dropped by a deferred release panicked in its `Drop` (for example a host
+    /// closure's captured state); the panic was caught so that the other releases run.
+    /// Recorded in [`Device::drop_errors`](crate::Device::drop_errors).
+    ReleasePanicked(String),
     /// An argument the safe layer rejects before calling CUDA.
     InvalidArgument {
         /// The operation.
@@ -73,6 +77,9 @@ impl fmt::Display for Error {
             Error::CaptureLeftOpen => f.write_str(
                 "a stream was dropped while a capture begun on it was open (its Capture guard was forgotten); the capture was ended and its graph discarded",
             ),
+            Error::ReleasePanicked(what) => {
+                write!(f, "a value dropped by a deferred release panicked: {what}")
+            }
             Error::InvalidArgument { call, reason } => write!(f, "{call}: {reason}"),
         }
     }

@@ -157,7 +157,12 @@ impl Event {
 
 impl Drop for EventInner {
     fn drop(&mut self) {
-        // SAFETY: owned and destroyed once, when the last clone drops.
-        let _ = unsafe { sys::cuEventDestroy(self.raw) };
+        let (raw, device) = (self.raw as usize, self.device.clone());
+        crate::deferred::release(device.ordinal(), move || {
+            // SAFETY: owned and destroyed once, when the last clone drops.
+            let code = unsafe { sys::cuEventDestroy(raw as sys::CUevent) };
+            device.record(code, "cuEventDestroy");
+            true
+        });
     }
 }

@@ -88,8 +88,14 @@ impl Graph {
     }
 
     /// Instantiates without the lifetime checks: for those who measured that they need it.
-    /// A graph that breaks the rules then reads or writes other allocations' data.
-    pub fn instantiate_unchecked(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
+    ///
+    /// # Safety
+    ///
+    /// The graph obeys the rules [`crate::check`] states (every user of an allocation ordered
+    /// after its alloc node and before its free node, one free per allocation), as
+    /// [`Graph::check`] would confirm. A graph that breaks them reads or writes memory that
+    /// another allocation owns, or that is not mapped, when it runs.
+    pub unsafe fn instantiate_unchecked(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
         self.instantiate_raw(flags, std::ptr::null_mut(), self.roles())
     }
 
@@ -193,22 +199,29 @@ impl Graph {
 
 /// Makes `graph` retain, once, a user object that holds its [`KeepList`]: every executable
 /// graph instantiated from it then holds it too, until the driver is done with it.
-fn retain_keep(graph: &Graph) -> Result<()> {
+pub(crate) fn retain_keep(graph: &Graph) -> Result<()> {
     if graph.keep_retained.get() {
         return Ok(());
     }
     unsafe extern "C" fn destroy(data: *mut c_void) {
-        // SAFETY: `data` is the `Box<Arc<KeepList>>` leaked in `retain_keep`; the driver calls
-        // this once, when the last reference is released.
-        let keep = unsafe { Box::from_raw(data.cast::<Arc<KeepList>>()) };
+        // SAFETY: `data` is the `Box<Payload>` leaked in `retain_keep`; the driver calls this
+        // once, when the last reference is released.
+        let payload = unsafe { Box::from_raw(data.cast::<Payload>()) };
+        let (ordinal, keep) = *payload;
         // Driver thread: no CUDA here. The crate's release thread runs the release.
         let mut keep = Some(keep);
-        deferred::enqueue_from_driver(Box::new(move || {
-            drop(keep.take());
-            true
-        }));
+        deferred::enqueue_from_driver(
+            ordinal,
+            Box::new(move || {
+                drop(keep.take());
+                true
+            }),
+        );
     }
-    let data = Box::into_raw(Box::new(graph.keep.clone())).cast::<c_void>();
+    /// The user object's data: the device's ordinal and the keep list.
+    type Payload = (usize, Arc<KeepList>);
+    let payload: Payload = (graph.device.ordinal(), graph.keep.clone());
+    let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
     let mut object = std::ptr::null_mut();
     // SAFETY: `data` is a leaked box that `destroy` frees; the flag is the one CUDA requires.
     let code = unsafe {
@@ -222,7 +235,7 @@ fn retain_keep(graph: &Graph) -> Result<()> {
     };
     if let Err(e) = check(code, "cuUserObjectCreate") {
         // SAFETY: the driver did not take the box.
-        drop(unsafe { Box::from_raw(data.cast::<Arc<KeepList>>()) });
+        drop(unsafe { Box::from_raw(data.cast::<Payload>()) });
         return Err(e);
     }
     check(
@@ -354,9 +367,12 @@ impl ExecGraph {
             states[at].order_free(raw, id)?;
         }
         for &at in &self.unfreed_at {
-            // With AutoFreeOnLaunch the launch first frees the previous launch's allocation.
             if states[at].is_live() {
+                // With AutoFreeOnLaunch the launch first frees the previous launch's allocation.
                 states[at].order_free(raw, id)?;
+            } else {
+                // The launch maps the fixed address again: after any free of it elsewhere.
+                states[at].order_realloc(raw, id)?;
             }
         }
         check(
@@ -365,27 +381,48 @@ impl ExecGraph {
             unsafe { sys::cuGraphLaunch(self.raw, raw) },
             "cuGraphLaunch",
         )?;
-        for &at in &self.frees_at {
-            states[at].forget();
-        }
-        if self.unfreed_at.is_empty() && self.uses_at.is_empty() {
-            return Ok(());
-        }
-        // One event after the launch, shared by every allocation it made or used; an earlier
-        // one that no allocation holds any more is recorded again.
+        // One event after the launch, shared by every allocation it made, used or freed; an
+        // earlier one that no allocation holds any more is recorded again.
         let mut pool = self.events.borrow_mut();
         let spare = pool.iter().position(|e| Arc::strong_count(e) == 1);
-        let event = recorded(&self.device, stream, spare.map(|i| pool.swap_remove(i)))?;
-        if pool.len() < 4 {
-            pool.push(event.clone());
+        let event = match recorded(&self.device, stream, spare.map(|i| pool.swap_remove(i))) {
+            Ok(event) => Some(event),
+            Err(e) => {
+                // The launch is queued but cannot be marked: wait for it, so that what it
+                // allocated, used and freed is in a known state, then report the error.
+                let _ = stream.synchronize();
+                self.mark(&mut states, id, None);
+                return Err(e);
+            }
+        };
+        if let Some(event) = &event {
+            if pool.len() < 4 {
+                pool.push(event.clone());
+            }
+        }
+        self.mark(&mut states, id, event.as_ref());
+        Ok(())
+    }
+
+    /// Records a launch on the stream of id `id` in the allocations' states; `event` was
+    /// recorded after it (`None`: the launch is complete).
+    fn mark(
+        &self,
+        states: &mut [std::sync::MutexGuard<'_, crate::alloc::LiveState>],
+        id: u64,
+        event: Option<&Arc<crate::event::Event>>,
+    ) {
+        for &at in &self.frees_at {
+            states[at].freed_on(id, event);
         }
         for &at in &self.unfreed_at {
-            states[at].allocated_on(id, &event);
+            states[at].allocated_on(id, event);
         }
-        for &at in &self.uses_at {
-            states[at].used_by_launch(id, &event);
+        if let Some(event) = event {
+            for &at in &self.uses_at {
+                states[at].used_by_launch(id, event);
+            }
         }
-        Ok(())
     }
 
     /// Maps the graph's memory and uploads it into `stream` ahead of the launch
@@ -421,7 +458,7 @@ impl Drop for ExecGraph {
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device.clone());
         let instantiated = self.instantiated.take();
-        deferred::release(move || {
+        deferred::release(device.ordinal(), move || {
             // SAFETY: owned and destroyed once; live allocations stay live (their handles free
             // them).
             let code = unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) };

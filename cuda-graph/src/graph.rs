@@ -146,6 +146,11 @@ impl KeepList {
         let taken = std::mem::take(&mut *other.lock());
         self.lock().extend(taken);
     }
+
+    /// The values, cloned.
+    pub(crate) fn snapshot(&self) -> Vec<Keep> {
+        self.lock().clone()
+    }
 }
 
 /// A CUDA graph under construction, with its record. Dropping it destroys the graph
@@ -192,7 +197,7 @@ impl Drop for Graph {
         }
         if self.owns_raw {
             let (raw, device) = (self.raw as usize, self.device.clone());
-            crate::deferred::release(move || {
+            crate::deferred::release(device.ordinal(), move || {
                 // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
                 let code = unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) };
                 device.record(code, "cuGraphDestroy");
@@ -243,8 +248,16 @@ impl Graph {
         unsafe { crate::capture::read_graph(raw, device, next_graph_id(), Vec::new(), &[], &[]) }
     }
 
-    /// Gives up ownership: the caller destroys the graph.
+    /// Gives up ownership: the caller destroys the graph. What its nodes refer to (modules,
+    /// memory, host closures) is handed to the raw graph first, as a user object it retains,
+    /// released when the graph and every executable graph made from it are done; if the driver
+    /// refuses that, it is kept for the rest of the process instead (leaked, never freed early)
+    /// and the error is recorded in [`Device::drop_errors`].
     pub fn into_raw(mut self) -> sys::CUgraph {
+        if let Err(e) = crate::exec::retain_keep(&self) {
+            self.device.record_drop_error(e);
+            std::mem::forget(self.keep.clone());
+        }
         self.owns_raw = false;
         self.raw
     }
@@ -589,7 +602,10 @@ impl Graph {
     }
 
     /// Adds a host node that calls `f` on a driver thread when the node runs. `f` must not call
-    /// CUDA. A panic in `f` is caught and ends the process (it cannot unwind into the driver).
+    /// CUDA: this crate's calls that reach the driver fail there ([`Device::bind`] is refused),
+    /// and what `f` drops is released later. Nor should it wait for anything a launch holds
+    /// (such as [`GraphAllocation::is_live`] of an allocation the graph's own launch uses). A
+    /// panic in `f` is caught and ends the process (it cannot unwind into the driver).
     pub fn add_host_node(
         &mut self,
         deps: &[Node],
@@ -600,6 +616,7 @@ impl Graph {
         unsafe extern "C" fn trampoline(data: *mut c_void) {
             // SAFETY: `data` is the `Callback` kept alive by the graph and its executable graphs.
             let callback = unsafe { &*(data as *const Callback) };
+            let _host = crate::deferred::InHostFunction::enter();
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(callback)).is_err() {
                 std::process::abort();
             }
@@ -669,7 +686,9 @@ impl Graph {
             // graph.
             unsafe { sys::cuGraphAddChildGraphNode(node, graph, deps, count, child.raw) }
         })?;
-        self.keep.push(child.keep.clone() as Keep);
+        // The entries, not the child's list: the child may change (or be moved into another
+        // graph) later, and two graphs copied into each other must not hold each other.
+        self.keep.extend(child.keep.snapshot());
         let node = self.push(raw, NodeKind::ChildGraph, indices);
         self.nodes[node.index()].uses = child
             .nodes
@@ -685,6 +704,9 @@ impl Graph {
     #[cfg(cuda_graph_child_move)]
     pub fn add_child_graph_node_moved(&mut self, deps: &[Node], mut child: Graph) -> Result<Node> {
         const CALL: &str = "cuGraphAddNode";
+        // The parent's record folds the child into one node: the child's own order is checked
+        // here, or never.
+        child.check()?;
         let mut params = sys::CUgraphNodeParams {
             type_: sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH,
             ..Default::default()
@@ -701,7 +723,9 @@ impl Graph {
             }
         })?;
         child.owns_raw = false;
-        self.keep.take_from(&child.keep);
+        // Copied, not taken: the child's list is shared with its executable graphs' user object
+        // and with graphs the child was copied into.
+        self.keep.extend(child.keep.snapshot());
         let node = self.push(raw, NodeKind::ChildGraph, indices);
         let record = &mut self.nodes[node.index()];
         for n in &child.nodes {

@@ -79,7 +79,7 @@ pub struct BufferMemory {
 impl Drop for BufferMemory {
     fn drop(&mut self) {
         let (ptr, device) = (self.ptr, self.device.clone());
-        deferred::release(move || {
+        deferred::release(device.ordinal(), move || {
             if let Err(e) = device.bind() {
                 device.record_drop_error(e);
                 return true;

@@ -1,6 +1,7 @@
 //! Modules (PTX or cubin), kernel functions, and kernel launches with typed argument lists.
 
 use std::ffi::{CString, c_void};
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crate::alloc::GraphAllocation;
@@ -35,7 +36,7 @@ unsafe impl Sync for ModuleInner {}
 impl Drop for ModuleInner {
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device.clone());
-        deferred::release(move || {
+        deferred::release(device.ordinal(), move || {
             if let Err(e) = device.bind() {
                 device.record_drop_error(e);
                 return true;
@@ -178,10 +179,16 @@ impl Function {
         args: &KernelArgs,
     ) -> Result<()> {
         self.device().bind()?;
+        let has_allocations = args.graph_allocations().next().is_some();
+        // No capture of this crate begins between the capture checks below and the launch.
+        let _gate = (has_allocations || deferred::any_capture()).then(deferred::hold_gate);
         if deferred::any_capture() {
             // A launch captured into a capture of this crate, made without its guard: the
             // captured graph keeps the module and the arguments' memory all the same.
             if let Some(id) = crate::capture::capture_id(stream.as_raw_stream())? {
+                if has_allocations {
+                    return Err(refused_in_capture());
+                }
                 if let Some(keep) = deferred::capture_keep(id) {
                     keep.push(self.keep());
                     keep.extend(args.keeps());
@@ -190,15 +197,13 @@ impl Function {
                 return unsafe { self.launch_raw(stream, config, args) };
             }
         }
-        if args.graph_allocations().next().is_none() {
+        if !has_allocations {
             // SAFETY: the caller upholds the launch contract.
             unsafe { self.launch_raw(stream, config, args) }?;
             return args.note_stream_uses(stream);
         }
         if stream.capture_status()? != CaptureStatus::None {
-            // SAFETY: the caller upholds the launch contract; the captured node is ordered by
-            // the graph it lands in.
-            return unsafe { self.launch_raw(stream, config, args) };
+            return Err(refused_in_capture());
         }
         // Graph allocations: checked, ordered and recorded under their locks (in id order),
         // so that no free slips between the check and the launch.
@@ -213,10 +218,17 @@ impl Function {
         // SAFETY: the caller upholds the launch contract; the allocations are live and the
         // stream is ordered after the launches that allocated them.
         unsafe { self.launch_raw(stream, config, args) }?;
+        let mut recorded = Ok(());
         for (a, state) in allocations.iter().zip(&mut states) {
-            state.used_on(a.device(), stream, id)?;
+            recorded = recorded.and_then(|()| state.used_on(a.device(), stream, id));
+        }
+        if recorded.is_err() {
+            // The launch is queued but not every use is recorded: wait for it, so that no
+            // free can overtake it, then report the error.
+            let _ = stream.synchronize();
         }
         drop(states);
+        recorded?;
         args.note_stream_uses(stream)
     }
 
@@ -254,6 +266,15 @@ impl Function {
             )
         })
     }
+}
+
+/// A launch with graph allocations on a capturing stream, made without its [`Capture`]
+/// guard: the captured graph's record would miss the uses.
+fn refused_in_capture() -> Error {
+    Error::invalid(
+        "Function::launch",
+        "the stream is capturing and the arguments name graph allocations: launch through Capture::launch or Capture::launch_on, which record the uses",
+    )
 }
 
 /// Grid and block shape of a launch.
@@ -306,17 +327,33 @@ const INLINE_ARGS: usize = 8;
 
 /// Argument bytes, each argument starting at a word boundary (8-byte alignment), and each
 /// argument's word offset: inline up to [`INLINE_ARGS`] words and arguments, all on the heap
-/// past that.
-#[derive(Debug, Default, Clone)]
+/// past that. The words are `MaybeUninit`: a value's padding bytes are uninitialized, and are
+/// only ever copied, never read as integers.
+#[derive(Debug, Clone)]
 struct ArgWords {
-    inline: [u64; INLINE_ARGS],
+    inline: [MaybeUninit<u64>; INLINE_ARGS],
     inline_offsets: [u8; INLINE_ARGS],
     /// Words in use.
     used: usize,
     /// Arguments.
     count: usize,
     /// Every word and offset, once they do not fit inline.
-    heap: Option<Box<(Vec<u64>, Vec<usize>)>>,
+    heap: Option<Box<HeapWords>>,
+}
+
+/// The words and the argument offsets of an [`ArgWords`] past its inline capacity.
+type HeapWords = (Vec<MaybeUninit<u64>>, Vec<usize>);
+
+impl Default for ArgWords {
+    fn default() -> ArgWords {
+        ArgWords {
+            inline: [MaybeUninit::uninit(); INLINE_ARGS],
+            inline_offsets: [0; INLINE_ARGS],
+            used: 0,
+            count: 0,
+            heap: None,
+        }
+    }
 }
 
 impl ArgWords {
@@ -338,7 +375,7 @@ impl ArgWords {
                 &mut self.inline[offset..end]
             }
             Some(heap) => {
-                heap.0.resize(end, 0);
+                heap.0.resize(end, MaybeUninit::uninit());
                 heap.1.push(offset);
                 &mut heap.0[offset..]
             }
@@ -352,7 +389,7 @@ impl ArgWords {
 
     /// The words.
     #[inline]
-    fn words(&self) -> &[u64] {
+    fn words(&self) -> &[MaybeUninit<u64>] {
         match &self.heap {
             None => &self.inline[..self.used],
             Some(heap) => &heap.0,
@@ -427,7 +464,7 @@ impl KernelArgs {
     /// Calls `f` with the `void**` array `cuLaunchKernel` and kernel nodes take.
     #[inline]
     pub(crate) fn with_pointers<R>(&self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
-        let base = self.words.words().as_ptr() as *mut u64;
+        let base = self.words.words().as_ptr() as *mut MaybeUninit<u64>;
         let mut inline = [std::ptr::null_mut::<c_void>(); INLINE_ARGS];
         let mut heap = Vec::new();
         let count = self.words.count;

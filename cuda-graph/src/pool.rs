@@ -83,7 +83,13 @@ impl MemPool {
 
 impl Drop for MemPool {
     fn drop(&mut self) {
-        // SAFETY: owned and destroyed once; the driver defers it while allocations are live.
-        let _ = unsafe { sys::cuMemPoolDestroy(self.raw) };
+        let (raw, device) = (self.raw as usize, self.device.clone());
+        crate::deferred::release(device.ordinal(), move || {
+            // SAFETY: owned and destroyed once; the driver defers it while allocations are
+            // live.
+            let code = unsafe { sys::cuMemPoolDestroy(raw as sys::CUmemoryPool) };
+            device.record(code, "cuMemPoolDestroy");
+            true
+        });
     }
 }

@@ -172,8 +172,33 @@ impl Stream {
         }
     }
 
-    /// Gives up ownership: the caller destroys the stream.
+    /// Ends a capture that a forgotten [`Capture`](crate::Capture) guard left open on this
+    /// stream, recording [`Error::CaptureLeftOpen`]. A capture that is not relaxed can only be
+    /// ended by the thread that began it: on another thread the failure is recorded too, and
+    /// the capture stays registered (releases stay put off, as the driver still captures).
+    fn end_forgotten_capture(&self) {
+        let Some((id, _thread)) = deferred::capture_on(self.raw as usize) else {
+            return;
+        };
+        self.device.record_drop_error(Error::CaptureLeftOpen);
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (a registered capture began on it).
+        let code = unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) };
+        if !graph.is_null() {
+            // SAFETY: the discarded graph is ours to destroy.
+            let _ = unsafe { sys::cuGraphDestroy(graph) };
+        }
+        if code == sys::CUresult::CUDA_SUCCESS {
+            deferred::capture_ended(id);
+        } else {
+            self.device.record(code, "cuStreamEndCapture");
+        }
+    }
+
+    /// Gives up ownership: the caller destroys the stream. A capture a forgotten guard left
+    /// open on it is ended first, as on drop.
     pub fn into_raw(self) -> sys::CUstream {
+        self.end_forgotten_capture();
         let mut this = std::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used again; its other fields are dropped exactly once here and
         // `Drop for Stream`, which would destroy the handle, does not run.
@@ -209,20 +234,10 @@ impl Drop for Stream {
     /// destroys the stream: now, or, while stream-ordered frees on it are still queued or it
     /// still takes part in another stream's capture, once those have run.
     fn drop(&mut self) {
-        if let Some(id) = deferred::capture_on(self.raw as usize) {
-            let mut graph = std::ptr::null_mut();
-            // SAFETY: the stream is capturing (a registered capture began on it).
-            let code = unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) };
-            if !graph.is_null() {
-                // SAFETY: the discarded graph is ours to destroy.
-                let _ = unsafe { sys::cuGraphDestroy(graph) };
-            }
-            self.device.record(code, "cuStreamEndCapture");
-            self.device.record_drop_error(Error::CaptureLeftOpen);
-            deferred::capture_ended(id);
-        }
+        self.end_forgotten_capture();
         deferred::flush_if_queued();
         let (raw, device) = (self.raw as usize, self.device.clone());
+        let ordinal = device.ordinal();
         let destroy = move || {
             let raw = raw as sys::CUstream;
             if !matches!(raw_capture_status(raw), Ok(CaptureStatus::None)) {
@@ -233,10 +248,10 @@ impl Drop for Stream {
             true
         };
         if deferred::queued() == 0 {
-            deferred::release(destroy);
+            deferred::release(ordinal, destroy);
         } else {
             // Queued frees may name this stream: it is destroyed after them.
-            deferred::enqueue(Box::new(destroy));
+            deferred::enqueue(ordinal, Box::new(destroy));
         }
     }
 }

@@ -50,7 +50,7 @@ impl Drop for StreamMemory {
         }
         let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
         let (ptr, device) = (self.ptr, self.device.clone());
-        deferred::release(move || {
+        deferred::release(device.ordinal(), move || {
             let result = device.reaper_stream().and_then(|reaper| {
                 uses.wait_on(reaper, None)?;
                 // SAFETY: from cuMemAllocAsync, freed once, after every known use; the reaper
@@ -162,53 +162,66 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
             return Ok(());
         };
         let raw = self.stream.as_raw_stream();
-        let other_thread = self
-            .per_thread_of
-            .is_some_and(|t| t != std::thread::current().id());
-        if deferred::release_allowed() && let_go_on(&mut memory, raw, other_thread)? {
-            return Ok(());
+        let owner = self.per_thread_of;
+        {
+            // No capture of this crate begins between the checks and the free.
+            let _gate = deferred::hold_gate();
+            if deferred::release_allowed() && let_go_on(&mut memory, raw, owner)? {
+                return Ok(());
+            }
         }
         let raw = raw as usize;
+        let ordinal = memory.device.ordinal();
         let mut memory = Some(memory);
-        deferred::enqueue(Box::new(move || {
-            let Some(mut m) = memory.take() else {
-                return true;
-            };
-            match let_go_on(&mut m, raw as sys::CUstream, other_thread) {
-                Ok(false) => {
-                    memory = Some(m);
-                    false
+        deferred::enqueue(
+            ordinal,
+            Box::new(move || {
+                let Some(mut m) = memory.take() else {
+                    return true;
+                };
+                match let_go_on(&mut m, raw as sys::CUstream, owner) {
+                    Ok(false) => {
+                        memory = Some(m);
+                        false
+                    }
+                    Ok(true) => true,
+                    Err(e) => {
+                        m.device.record_drop_error(e);
+                        true
+                    }
                 }
-                Ok(true) => true,
-                Err(e) => {
-                    m.device.record_drop_error(e);
-                    true
-                }
-            }
-        }));
+            }),
+        );
         Ok(())
     }
 }
 
-/// One attempt of [`StreamAllocation::let_go`] on stream `raw`: `Ok(false)` while it captures.
-/// On `Ok(true)` the caller drops `memory`.
+/// One attempt of [`StreamAllocation::let_go`] on stream `raw`, on the calling thread:
+/// `Ok(false)` while it cannot run yet. `owner` is the thread whose per-thread default stream
+/// `raw` is, if it is that stream. On `Ok(true)` the caller drops `memory`.
 fn let_go_on(
     memory: &mut Arc<StreamMemory>,
     raw: sys::CUstream,
-    other_thread: bool,
+    owner: Option<ThreadId>,
 ) -> Result<bool> {
+    let other_thread = owner.is_some_and(|t| t != std::thread::current().id());
+    if other_thread {
+        // The per-thread stream of another thread: nothing this thread can queue is ordered
+        // after its work but the whole device, which must not be synchronized while any
+        // capture of this crate runs. Then the last holder frees it (StreamMemory's drop),
+        // after the other known uses.
+        if deferred::any_capture() {
+            return Ok(false);
+        }
+        memory.device.bind()?;
+        // SAFETY: the context is current; no capture of this crate is active.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+        return Ok(true);
+    }
     if raw_capture_status(raw)? != CaptureStatus::None {
         return Ok(false);
     }
     memory.device.bind()?;
-    if other_thread {
-        // The per-thread stream of another thread: nothing this thread can queue is ordered
-        // after its work but the whole device. Then the last holder frees it (StreamMemory's
-        // drop), after the other known uses.
-        // SAFETY: the context is current; no registered capture forbids it (the caller checked).
-        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
-        return Ok(true);
-    }
     let mut id = 0;
     // SAFETY: `id` is a valid out-pointer; the stream is live and not capturing.
     check(unsafe { sys::cuStreamGetId(raw, &mut id) }, "cuStreamGetId")?;

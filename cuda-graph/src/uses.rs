@@ -40,9 +40,19 @@ impl StreamUses {
     /// Work using the memory was queued on `stream`, whose id is `id`.
     pub(crate) fn note(&mut self, device: &Device, stream: &impl AsStream, id: u64) -> Result<()> {
         let slot = self.entries.iter().position(|(s, _)| *s == id);
-        let reuse = slot.map(|i| self.entries.swap_remove(i).1);
-        let event = recorded(device, stream, reuse)?;
-        self.entries.push((id, event));
+        if let Some(i) = slot {
+            let event = &self.entries[i].1;
+            if Arc::strong_count(event) == 1 {
+                // Ours alone: recorded again (a failed record leaves the earlier one).
+                return event.record(stream);
+            }
+        }
+        // A new event replaces the entry only once recorded: a failure forgets no use.
+        let event = recorded(device, stream, None)?;
+        match slot {
+            Some(i) => self.entries[i].1 = event,
+            None => self.entries.push((id, event)),
+        }
         Ok(())
     }
 

@@ -1,10 +1,10 @@
-//! Attacks on the safety model that show on the host, without a GPU. Each test states what the
-//! crate should do and FAILS while the flaw it names is there; they are `#[ignore]`d so that the
-//! suite stays green until the fixes land. Run them with
-//!
-//! ```text
-//! cargo test -p cuda-graph-tests --test attack_stub -- --ignored
-//! ```
+//! Attacks on the safety model that show on the host, without a GPU: moved and copied child
+//! graphs, `Graph::into_raw`, `Function::launch` inside a capture, panicking drops in the release
+//! queue and on the release thread, lost drop errors of events and pools. Each test states what
+//! the crate must do; each failed on the library as it was before the fix it names (the
+//! "Finding" of its doc). Two more findings are refused at compile time now:
+//! `instantiate_unchecked` is `unsafe`, and a `Capture` guard of its own needs an owned
+//! `Stream` (`tests/compile-fail/`).
 //!
 //! The driver is `stub-driver/null_cuda.c` with a few functions added (host, child-graph,
 //! memset nodes, graph launch, pools, ...) and three switches for the tests: graph and
@@ -23,8 +23,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cuda_graph::{
-    AllocParams, BorrowedStream, Capture, CaptureMode, Device, Event, Function, Graph,
-    InstantiateFlags, KernelArgs, LaunchConfig, MemPool, Module, Stream, capture, flush_deferred,
+    AllocParams, Capture, CaptureMode, Device, Event, Function, Graph, InstantiateFlags,
+    KernelArgs, LaunchConfig, MemPool, Module, Stream, capture, flush_deferred,
 };
 
 const BYTES: usize = 1 << 20;
@@ -266,7 +266,6 @@ fn isolated(name: &str, body: fn()) {
 /// that allocates, uses and frees: a node is exempt from ordering against itself, so the
 /// parent passes the lifetime checks whatever order the child's nodes have.
 #[test]
-#[ignore = "attack: fails until add_child_graph_node_moved checks the child (finding 1)"]
 fn moved_child_graph_bypasses_the_lifetime_checks() {
     isolated("moved_child_graph_bypasses_the_lifetime_checks", || {
         let (device, _module, _fill) = stub();
@@ -296,7 +295,6 @@ fn moved_child_graph_bypasses_the_lifetime_checks() {
 /// child's executable graphs. Dropping the second parent then frees what the copy and the
 /// executable graph still run (here a host closure: the driver keeps its address).
 #[test]
-#[ignore = "attack: fails until moving a child keeps its list shared (finding 2)"]
 fn moving_a_child_empties_the_list_its_copies_and_executable_graphs_share() {
     isolated(
         "moving_a_child_empties_the_list_its_copies_and_executable_graphs_share",
@@ -330,7 +328,6 @@ fn moving_a_child_empties_the_list_its_copies_and_executable_graphs_share() {
 /// graph's host node points at a freed closure (and kernel nodes at unloaded modules, memset
 /// nodes at freed buffers) although `from_raw`'s contract is then met.
 #[test]
-#[ignore = "attack: fails until into_raw hands the keep list to the raw graph (finding 3)"]
 fn into_raw_frees_what_the_raw_graph_refers_to() {
     isolated("into_raw_frees_what_the_raw_graph_refers_to", || {
         let (device, _module, _fill) = stub();
@@ -358,7 +355,6 @@ fn into_raw_frees_what_the_raw_graph_refers_to() {
 /// is not refused for an allocation that is not live, nor ordered after its allocating launch,
 /// nor waited for by its free. `Capture::launch` with the same arguments is refused.
 #[test]
-#[ignore = "attack: fails until Function::launch records uses in a capture (finding 4)"]
 fn function_launch_into_a_capture_skips_the_allocation_checks() {
     isolated(
         "function_launch_into_a_capture_skips_the_allocation_checks",
@@ -404,60 +400,6 @@ fn function_launch_into_a_capture_skips_the_allocation_checks() {
     );
 }
 
-/// Finding 5. `instantiate_unchecked` is safe, and a safe memset node after the free node of its
-/// target is then instantiated (and launches): the GPU writes freed graph memory.
-#[test]
-#[ignore = "attack: fails until instantiate_unchecked is unsafe or keeps rules 1-3 (finding 5)"]
-fn instantiate_unchecked_runs_a_safe_use_after_free() {
-    isolated("instantiate_unchecked_runs_a_safe_use_after_free", || {
-        let (device, _module, _fill) = stub();
-        let mut graph = Graph::new(&device).unwrap();
-        let (alloc, buf) = graph
-            .add_mem_alloc_node(&[], &AllocParams::new(&device, BYTES))
-            .unwrap();
-        let free = graph.add_mem_free_node(&[alloc], &buf).unwrap();
-        graph.add_memset_node(&[free], &buf, 0, 1).unwrap();
-        assert!(graph.instantiate(InstantiateFlags::NONE).is_err());
-        let exec = graph.instantiate_unchecked(InstantiateFlags::NONE);
-        let stream = Stream::new(&device).unwrap();
-        let launched = exec.as_ref().map(|e| e.launch(&stream));
-        assert!(
-            !matches!(launched, Ok(Ok(()))),
-            "FINDING 5: safe code instantiated and launched a memset after the free of its target"
-        );
-    });
-}
-
-/// Finding 6. A forgotten `Capture` guard on a stream nobody owns (the per-thread default
-/// stream; also any `BorrowedStream`, or a `Stream` given up with `into_raw`) is never ended:
-/// every release of the process (frees, unloads, destroys) stays queued for good.
-#[test]
-#[ignore = "attack: fails until a forgotten capture cannot block releases forever (finding 6)"]
-fn forgotten_capture_of_the_per_thread_stream_blocks_every_release_forever() {
-    isolated(
-        "forgotten_capture_of_the_per_thread_stream_blocks_every_release_forever",
-        || {
-            let (device, module, fill) = stub();
-            drop(fill);
-            control_unloads(&device);
-            let per_thread = BorrowedStream::per_thread(&device);
-            std::mem::forget(Capture::begin(&per_thread, CaptureMode::Global).unwrap());
-            let before = unloads();
-            drop(module);
-            // Another thread, after the capturing thread is gone: still nothing runs.
-            std::thread::spawn(flush_deferred).join().unwrap();
-            std::thread::sleep(Duration::from_millis(200));
-            let waiting = flush_deferred();
-            assert!(
-                waiting == 0 && unloads() == before + 1,
-                "FINDING 6: {waiting} release(s) stay queued for good (unloads {} -> {}); no Stream exists whose drop would end the capture",
-                before,
-                unloads()
-            );
-        },
-    );
-}
-
 /// A value whose drop panics (a user type captured by a host closure).
 struct PanicOnDrop;
 impl Drop for PanicOnDrop {
@@ -471,7 +413,6 @@ impl Drop for PanicOnDrop {
 /// unrelated module unload queued behind is lost for good, and the panic escapes the library
 /// call that flushed (here `Capture::end`).
 #[test]
-#[ignore = "attack: fails until flush_deferred isolates panicking jobs (finding 7)"]
 fn a_panicking_drop_in_the_queue_loses_the_releases_behind_it() {
     isolated(
         "a_panicking_drop_in_the_queue_loses_the_releases_behind_it",
@@ -513,7 +454,6 @@ fn a_panicking_drop_in_the_queue_loses_the_releases_behind_it() {
 /// queued by user-object destructors wait for the program's next flush point, against the
 /// crate's promise.
 #[test]
-#[ignore = "attack: fails until the release thread survives a panicking drop (finding 7)"]
 fn a_panicking_drop_kills_the_release_thread() {
     isolated("a_panicking_drop_kills_the_release_thread", || {
         let (device, _module, _fill) = stub();
@@ -567,7 +507,6 @@ fn a_panicking_drop_kills_the_release_thread() {
 /// recorded in `Device::drop_errors` (and neither drop is queued during a capture, although the
 /// crate docs' table says so).
 #[test]
-#[ignore = "attack: fails until Event and MemPool record their drop errors (finding 8)"]
 fn event_and_pool_drop_errors_are_lost() {
     isolated("event_and_pool_drop_errors_are_lost", || {
         let (device, _module, _fill) = stub();
@@ -591,7 +530,6 @@ fn event_and_pool_drop_errors_are_lost() {
 /// Finding 9. Child-graph copies share keep lists by `Arc`: two graphs that hold copies of each
 /// other form a cycle, and everything either refers to is never released.
 #[test]
-#[ignore = "attack: fails until keep lists cannot form cycles (finding 9)"]
 fn graphs_copied_into_each_other_leak_what_they_keep() {
     isolated("graphs_copied_into_each_other_leak_what_they_keep", || {
         let (device, _module, _fill) = stub();

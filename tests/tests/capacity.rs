@@ -44,7 +44,10 @@ fn out_of_memory_launch_leaves_no_graph_memory_behind() {
         "the refusal is not CUDA_ERROR_OUT_OF_MEMORY: {err}"
     );
     assert!(a.is_live(), "the first graph's allocation is not live");
-    assert!(!b.is_live(), "the refused launch left its allocation marked live");
+    assert!(
+        !b.is_live(),
+        "the refused launch left its allocation marked live"
+    );
     mem_info(device, "with the first allocation live");
     drop((exec_first, exec_second, first, second, a, b));
     cuda_graph::flush_deferred();

@@ -14,6 +14,8 @@
 //! | `free_node_needs_a_graph_allocation` | a free node for an address no graph allocated |
 //! | `stream_allocation_outlives_its_stream` | a stream-ordered allocation outliving its stream |
 //! | `kernel_launch_needs_unsafe` | launching a kernel without vouching for its arguments |
+//! | `instantiate_unchecked_needs_unsafe` | skipping the lifetime checks without vouching for the graph |
+//! | `capture_guard_needs_an_owned_stream` | a capture guard on a stream nobody drops (forgotten, it would leave the stream capturing for good) |
 //! | `device_buffer_of_reference`, `_of_bool`, `_of_char` | reading device memory back as a type that not every bit pattern is (a null reference, a `bool` of 2, a surrogate `char`) |
 //!
 //! The diagnostics are the compiler's, so a new Rust release may reword them: regenerate with
