@@ -148,8 +148,22 @@
 //! [`Stream`] drops, which ends the capture and records [`Error::CaptureLeftOpen`]
 //! (`forgotten_capture_is_ended_when_its_stream_drops`).
 //!
-//! **No error is dropped.** Driver errors met in `Drop` are counted per device, with the last
-//! one: [`Device::drop_errors`]. The GPU suite asserts the record stays empty.
+//! Releases are ordered against capture beginnings: a release holds a process-wide gate shared
+//! from its check to its end, and [`Capture::begin`] holds it exclusively until the capture is
+//! registered, so no release runs inside a capture begun after its check (the same gate covers
+//! `free_async`'s and `Function::launch`'s "not capturing" checks). A [`Capture`] guard of its
+//! own exists only for an owned [`Stream`] (other streams capture through [`capture`], whose
+//! closure cannot lose the guard): `tests/compile-fail/capture_guard_needs_an_owned_stream`.
+//! A host node's function runs on a driver thread: there the crate refuses to bind a context
+//! and queues releases.
+//!
+//! **The checks are not optional in safe code.** [`Graph::instantiate_unchecked`] is `unsafe`
+//! (`tests/compile-fail/instantiate_unchecked_needs_unsafe`); a child graph moved into a parent
+//! is checked before it disappears into one node (`tests/attack_stub.rs`).
+//!
+//! **No error is dropped.** Driver errors met in `Drop`, and panics of values dropped by a
+//! deferred release, are counted per device, with the last one: [`Device::drop_errors`]. The
+//! GPU tests assert the record stays empty.
 //!
 //! **Bits are validated; sizes are checked.** Device memory is read back only as
 //! [`bytemuck::Pod`] types (`DeviceBuffer<&T>`, `<bool>`, `<char>` do not compile:
