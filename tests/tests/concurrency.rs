@@ -1,9 +1,10 @@
-//! Concurrency (issue 6, item 3): several threads, each with its own stream, building,
-//! capturing, instantiating and launching graphs at once, each checking its own output; and
-//! executable graphs shared between two threads through a `Mutex` (an `ExecGraph` is `Send` but
-//! not `Sync`, so sharing one without a lock does not compile: `tests/compile-fail/`), whose
-//! launches CUDA orders one after another, checked by a non-atomic read-modify-write kernel that
-//! would lose updates if two launches overlapped.
+//! Concurrency: several threads, each with its own stream, building, capturing, instantiating
+//! and launching graphs at once, each checking its own output, after which nothing the crate
+//! made is left; and an AutoFreeOnLaunch executable graph shared between two threads through a
+//! `Mutex` (an `ExecGraph` is `Send` but not `Sync`, so sharing one without a lock does not
+//! compile: `tests/compile-fail/`), whose relaunch on one thread's stream must wait for the
+//! consumer the other thread queued on its own stream (the crate docs' "Safety model": every
+//! free, an AutoFreeOnLaunch relaunch included, waits for every recorded use).
 //!
 //! Captures here use `CaptureMode::ThreadLocal`: in global mode a capture on one thread makes
 //! capture-unsafe calls on every other thread fail (`misuse.rs` shows it), which is the point of
@@ -12,13 +13,17 @@
 //! Each test skips without a GPU (prints `SKIPPED ...`) and fails instead under
 //! `CUDA_GRAPH_REQUIRE_GPU=1`.
 
+#[path = "safe_common/probe.rs"]
+mod probe;
 mod safe_common;
 
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
 
 use cuda_graph::{
-    AllocParams, AsStream, CaptureMode, Device, DeviceBuffer, Function, Graph, InstantiateFlags,
-    KernelArgs, Module, Stream, StreamFlags, capture, live_objects,
+    AllocParams, AsStream, CaptureMode, Device, DeviceBuffer, Event, EventFlags, ExecGraph,
+    Function, Graph, InstantiateFlags, KernelArgs, LiveObjects, Module, Stream, StreamFlags,
+    capture, flush_deferred, live_objects,
 };
 use safe_common::{BYTES, N, assert_all, assert_released, config, gpu};
 
@@ -147,6 +152,10 @@ fn worker(device: &Device, fill: &Function, copy: &Function, id: usize, start: &
     verified
 }
 
+/// [`THREADS`] threads, each with its own stream, build, capture, instantiate and launch graphs
+/// at once ([`worker`]), each launch's output checked by its thread; afterwards the crate's live
+/// objects are back to their count at the start, graph memory is released and no driver error
+/// was met in `Drop`.
 #[test]
 fn threads_with_their_own_streams_build_and_launch_graphs_at_once() {
     let Some(g) = gpu("threads_with_their_own_streams_build_and_launch_graphs_at_once") else {
@@ -175,146 +184,213 @@ fn threads_with_their_own_streams_build_and_launch_graphs_at_once() {
         THREADS * rounds() * 3,
         started.elapsed().as_secs_f64()
     );
-    assert!(verified.iter().all(|&v| v == rounds() * 4));
-    assert_eq!(live_objects(), live, "every thread's objects are released");
+    assert_eq!(
+        settle(device, live),
+        live,
+        "objects of the crate still live after every thread's graphs were dropped"
+    );
     assert_released(device, "after the threads");
+    assert_no_drop_errors(device);
 }
 
-/// Two threads launch one executable graph (alloc X → fill X with 1 after a spin → counter +=
-/// X → free X), each on its own stream, `LAUNCHES` times, through an `Arc<Mutex<ExecGraph>>`.
-/// CUDA orders launches of one executable graph one after another, whatever their streams
-/// (`cuGraphLaunch`: "ordered behind ... any previous launches of hGraphExec"); the lock makes
-/// the host side legal. Every counter element ends at 2 × `LAUNCHES`, and the allocation at its
-/// fixed address is never used by two launches at once. A second executable graph, with an
-/// allocation it does not free and AutoFreeOnLaunch, is shared the same way: its live-state
-/// bookkeeping is updated by both threads.
+/// The value the shared producer's first launch writes; each launch writes one more.
+const BASE: u32 = 0x0100_0000;
+
+/// What the two threads of [`relaunch_from_two_threads`] share, behind one lock: the producer's
+/// executable graph, how often it was launched, and, for the control, an event after the last
+/// consumer.
+struct Shared {
+    producer: ExecGraph,
+    launches: u32,
+    consumed: Option<Event>,
+}
+
+/// Two threads, each with its own non-blocking stream and its own consumer graph, take turns
+/// under one lock: launch the shared producer (an AutoFreeOnLaunch graph whose allocation `y`
+/// escapes; each launch writes `BASE` + the number of earlier launches into every word of `y`),
+/// then their consumer (a spin of about 1 ms, then `acc += y`). Each relaunch frees the
+/// previous launch's `y`, which the other thread's consumer may still be reading on the other
+/// stream. With `control`, the test orders each launch after the previous consumer itself (an
+/// event); without, only the library does. Returns, per thread, the sum of the values it
+/// launched consumers for, and every word of its `acc`.
+fn relaunch_from_two_threads(
+    g: &safe_common::Gpu,
+    axpy: &Function,
+    control: bool,
+) -> Vec<(u32, Vec<u32>)> {
+    const LAUNCHES: usize = 50;
+    const CONSUMER_SPIN: u64 = 2_000_000;
+    let device = &g.device;
+    let src = DeviceBuffer::from_slice(device, &vec![BASE; N as usize]).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    let (alloc, y) = graph
+        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES).label("y"))
+        .unwrap();
+    // SAFETY: copy_u32(unsigned* dst, const unsigned* src, unsigned long long n) and
+    // add_u32(unsigned* p, unsigned long long n, unsigned v) over the N values of `y` (after
+    // its alloc node) and of `src`; the add after the copy.
+    unsafe {
+        let copy = graph
+            .add_kernel_node(
+                &[alloc],
+                &g.k.copy,
+                config(N),
+                &KernelArgs::new().ptr(&y).ptr(&src).value(N),
+            )
+            .unwrap();
+        graph
+            .add_kernel_node(
+                &[copy],
+                &g.k.add,
+                config(N),
+                &KernelArgs::new().ptr(&src).value(N).value(1u32),
+            )
+            .unwrap();
+    }
+    let shared = Mutex::new(Shared {
+        producer: graph
+            .instantiate(InstantiateFlags::AUTO_FREE_ON_LAUNCH)
+            .unwrap(),
+        launches: 0,
+        consumed: None,
+    });
+    let start = Barrier::new(2);
+    let results = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (shared, start, y) = (&shared, &start, &y);
+                scope.spawn(move || {
+                    let stream = Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0).unwrap();
+                    let acc = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+                    let mut consumer = Graph::new(device).unwrap();
+                    let spin = probe::add_spin_node(
+                        &mut consumer,
+                        &[],
+                        &g.k.spin_then_fill,
+                        CONSUMER_SPIN,
+                    );
+                    // SAFETY: axpy_u32(unsigned* dst, const unsigned* src, unsigned long long
+                    // n, unsigned a) over the N values of `acc` and of `y`, live whenever the
+                    // consumer is launched (right after the producer).
+                    unsafe {
+                        consumer.add_kernel_node(
+                            &[spin],
+                            axpy,
+                            config(N),
+                            &KernelArgs::new().ptr(&acc).ptr(y).value(N).value(1u32),
+                        )
+                    }
+                    .unwrap();
+                    let consumer = consumer.instantiate(InstantiateFlags::NONE).unwrap();
+                    let mut sum = 0u32;
+                    start.wait();
+                    for _ in 0..LAUNCHES {
+                        let mut shared = shared.lock().unwrap();
+                        if let Some(consumed) = shared.consumed.as_ref().filter(|_| control) {
+                            stream.wait_event(consumed).unwrap();
+                        }
+                        shared.producer.launch(&stream).unwrap();
+                        sum = sum.wrapping_add(BASE.wrapping_add(shared.launches));
+                        shared.launches += 1;
+                        consumer.launch(&stream).unwrap();
+                        if control {
+                            let consumed =
+                                Event::with_flags(device, EventFlags::DISABLE_TIMING).unwrap();
+                            consumed.record(&stream).unwrap();
+                            shared.consumed = Some(consumed);
+                        }
+                    }
+                    stream.synchronize().unwrap();
+                    (sum, acc.to_vec().unwrap())
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("a launching thread panicked"))
+            .collect()
+    });
+    assert!(y.is_live(), "the last launch left y allocated");
+    results
+}
+
+/// An AutoFreeOnLaunch executable graph shared by two threads through a `Mutex`: each thread
+/// launches it on its own stream and then its own consumer, which spins and then adds every
+/// word of the allocation into its accumulator (see [`relaunch_from_two_threads`]). The other
+/// thread's relaunch frees and rewrites the allocation: the library must order it after this
+/// thread's consumer, so that each consumer adds exactly the value of the launch it follows and
+/// each accumulator ends at the sum of those values. A relaunch that does not wait lets the
+/// consumer add the next launch's value instead. Control: the same with each launch ordered
+/// after the previous consumer by the test (an event).
 #[test]
-fn an_exec_graph_shared_through_a_mutex_is_serialised() {
-    const LAUNCHES: usize = 100;
-    let Some(g) = gpu("an_exec_graph_shared_through_a_mutex_is_serialised") else {
+fn auto_free_relaunch_from_another_thread_waits_for_the_consumer_of_the_previous_launch() {
+    let Some(g) =
+        gpu("auto_free_relaunch_from_another_thread_waits_for_the_consumer_of_the_previous_launch")
+    else {
         return;
     };
     let device = &g.device;
     let module = Module::from_ptx(device, cuda_graph::kernels::PTX).unwrap();
     let axpy = module.function("axpy_u32").unwrap();
-    let counter = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
-    let counter2 = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
-    let cfg = config(N);
-
-    // Freed in the graph.
-    let mut graph = Graph::new(device).unwrap();
-    let (alloc, x) = graph
-        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES))
-        .unwrap();
-    // SAFETY: spin_then_fill_u32(p, n, v, spins) over the N values of `x`; axpy_u32(dst, src,
-    // n, a) adds them into `counter` (N values); both between the alloc and free nodes.
-    let last = unsafe {
-        let f = graph
-            .add_kernel_node(
-                &[alloc],
-                &g.k.spin_then_fill,
-                cfg,
-                &KernelArgs::new()
-                    .ptr(&x)
-                    .value(N)
-                    .value(1u32)
-                    .value(20_000u64),
-            )
-            .unwrap();
-        graph
-            .add_kernel_node(
-                &[f],
-                &axpy,
-                cfg,
-                &KernelArgs::new().ptr(&counter).ptr(&x).value(N).value(1u32),
-            )
-            .unwrap()
-    };
-    graph.add_mem_free_node(&[last], &x).unwrap();
-    let shared = Arc::new(Mutex::new(
-        graph.instantiate(InstantiateFlags::NONE).unwrap(),
-    ));
-
-    // Unfreed, AutoFreeOnLaunch.
-    let mut graph2 = Graph::new(device).unwrap();
-    let (alloc, y) = graph2
-        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES).label("y"))
-        .unwrap();
-    // SAFETY: as above, into `counter2`.
-    unsafe {
-        let f = graph2
-            .add_kernel_node(
-                &[alloc],
-                &g.k.spin_then_fill,
-                cfg,
-                &KernelArgs::new()
-                    .ptr(&y)
-                    .value(N)
-                    .value(1u32)
-                    .value(20_000u64),
-            )
-            .unwrap();
-        graph2
-            .add_kernel_node(
-                &[f],
-                &axpy,
-                cfg,
-                &KernelArgs::new()
-                    .ptr(&counter2)
-                    .ptr(&y)
-                    .value(N)
-                    .value(1u32),
-            )
-            .unwrap();
-    }
-    let shared2 = Arc::new(Mutex::new(
-        graph2
-            .instantiate(InstantiateFlags::AUTO_FREE_ON_LAUNCH)
-            .unwrap(),
-    ));
-
-    let start = Arc::new(Barrier::new(2));
-    let started = std::time::Instant::now();
-    let threads: Vec<_> = (0..2)
-        .map(|_| {
-            let (shared, shared2, start, device) = (
-                Arc::clone(&shared),
-                Arc::clone(&shared2),
-                Arc::clone(&start),
-                device.clone(),
+    let live = live_objects();
+    for control in [true, false] {
+        let case = if control {
+            "control (each launch after the previous consumer, by the test)"
+        } else {
+            "ordered by the library only"
+        };
+        let started = Instant::now();
+        let results = relaunch_from_two_threads(&g, &axpy, control);
+        println!(
+            "{case}: 2 threads × 50 launches in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        for (t, (sum, acc)) in results.iter().enumerate() {
+            assert_all(
+                acc,
+                *sum,
+                &format!(
+                    "{case}: thread {t}'s accumulator (another value: a consumer read the allocation after the other thread's relaunch rewrote it)"
+                ),
             );
-            std::thread::spawn(move || {
-                let stream = Stream::with_flags(&device, StreamFlags::NON_BLOCKING, 0).unwrap();
-                start.wait();
-                for _ in 0..LAUNCHES {
-                    shared.lock().unwrap().launch(&stream).unwrap();
-                    shared2.lock().unwrap().launch(&stream).unwrap();
-                }
-                stream.synchronize().unwrap();
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("a launching thread panicked");
+        }
     }
-    println!(
-        "2 threads × {LAUNCHES} launches of 2 shared executable graphs in {:.2} s",
-        started.elapsed().as_secs_f64()
+    assert_eq!(
+        settle(device, live),
+        live,
+        "objects of the crate still live after the shared graphs were dropped"
     );
-    assert_all(
-        &counter.to_vec().unwrap(),
-        2 * LAUNCHES as u32,
-        "counter of the shared graph (a lost update means two launches overlapped)",
-    );
-    assert_all(
-        &counter2.to_vec().unwrap(),
-        2 * LAUNCHES as u32,
-        "counter of the shared AutoFreeOnLaunch graph",
-    );
-    assert!(y.is_live(), "the last launch left y allocated");
-    let stream = Stream::new(device).unwrap();
-    y.free_async(&stream).unwrap();
-    stream.synchronize().unwrap();
-    drop((shared, shared2, graph, graph2, x, y));
     assert_released(device, "after the shared graphs");
+    assert_no_drop_errors(device);
+}
+
+/// Waits until the crate's live objects are back to `start` and returns them: the driver calls
+/// the destructors of the CUDA user objects that hold what graphs refer to on its own thread,
+/// some time after the last launch, and the releases they queue run at the crate's next flush
+/// point. Synchronizes and flushes (`flush_deferred`) until the count matches and nothing is
+/// queued, for at most 10 s.
+fn settle(device: &Device, start: LiveObjects) -> LiveObjects {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        device.synchronize().expect("cuCtxSynchronize");
+        let queued = flush_deferred();
+        let live = live_objects();
+        if (live == start && queued == 0) || Instant::now() > deadline {
+            device.synchronize().expect("cuCtxSynchronize");
+            return live;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// No driver error was met in `Drop` on `device` (the crate docs' "Safety model": no error is
+/// dropped).
+#[track_caller]
+fn assert_no_drop_errors(device: &Device) {
+    let errors = device.drop_errors();
+    assert_eq!(
+        errors.count, 0,
+        "driver errors met in Drop: {} (the last: {:?})",
+        errors.count, errors.last
+    );
 }

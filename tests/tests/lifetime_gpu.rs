@@ -8,10 +8,15 @@
 //!
 //! - `instantiate` refuses the graph with an error that names the kernel, `x`, the free node and
 //!   the edge;
-//! - `instantiate_unchecked` runs it, and the copy of `y` is read back: words equal to [`BAD`]
-//!   are `y`'s data overwritten through the dead `x`. If the hardware does not show it, the test
-//!   prints `NOT REPRODUCED` with the reason and passes; when it does, `REPRODUCED`.
+//! - `instantiate_unchecked` runs it, and the copy of `y` is read back: it must read [`BAD`] in
+//!   every word, `y`'s data overwritten through the dead `x`. That needs the driver to give `y`
+//!   the address of `x` (the guide's G.4.1: an alloc node ordered after a free node may reuse
+//!   its address); the test asserts that it did, and fails, naming the driver version, when it
+//!   did not (then the demonstration does not hold on that driver, and the test says so rather
+//!   than pass). A fault instead of the overwrite fails the test too.
 //! - The same kernels in a legal order give `VICTIM` everywhere (the control).
+//!
+//! Each test also asserts that no driver error was met in `Drop`.
 //!
 //! Without a GPU each test prints `SKIPPED <test>: no GPU (...)`; with `CUDA_GRAPH_REQUIRE_GPU=1`
 //! it fails instead. Run them one test per process (`cargo nextest`): a graph that faults leaves
@@ -136,7 +141,11 @@ fn refused(graph: &Graph) -> cuda_graph::check::LifetimeError {
 /// Launches the graph without the check and reports what `out` holds: `Ok(corrupted words)`,
 /// or `Err` when the launch faulted.
 fn run_unchecked(graph: &Graph, stream: &Stream, out: &DeviceBuffer<u32>) -> Result<usize, Error> {
-    let exec = graph.instantiate_unchecked(InstantiateFlags::NONE)?;
+    // SAFETY: deliberately broken: the graph uses `x` after its free node, to show the
+    // corruption that `instantiate`'s check prevents. What it overwrites is `y`, another
+    // allocation of this same graph, which the test then reads; no memory outside the graph's
+    // own allocations is touched.
+    let exec = unsafe { graph.instantiate_unchecked(InstantiateFlags::NONE) }?;
     exec.launch(stream)?;
     stream.synchronize()?;
     let data = out.to_vec()?;
@@ -146,28 +155,61 @@ fn run_unchecked(graph: &Graph, stream: &Stream, out: &DeviceBuffer<u32>) -> Res
     Ok(bad)
 }
 
-/// Prints whether the corruption reproduced; never fails on hardware that does not show it.
-fn report(test: &str, x: &GraphAllocation, y: &GraphAllocation, outcome: Result<usize, Error>) {
-    let same = if x.ptr() == y.ptr() {
-        format!("y reuses x's address {:#x}", x.ptr())
-    } else {
-        format!(
-            "y is at {:#x}, x at {:#x} (no address reuse)",
-            y.ptr(),
-            x.ptr()
-        )
-    };
+/// The CUDA version the driver supports (`cuDriverGetVersion`), e.g. 13000; 0 if unknown.
+fn driver_version() -> i32 {
+    let mut version = 0;
+    // SAFETY: `version` is a valid out-pointer.
+    let _ = unsafe { cuda_graph::sys::cuDriverGetVersion(&mut version) };
+    version
+}
+
+/// Asserts what the graph the check refuses does when run unchecked: `y` was placed at `x`'s
+/// address (G.4.1), and every word of `y`'s copy reads [`BAD`]: the write through the dead `x`
+/// overwrote `y`'s live data. A fault, or a different address, fails.
+#[track_caller]
+fn assert_overwrites(
+    test: &str,
+    x: &GraphAllocation,
+    y: &GraphAllocation,
+    outcome: Result<usize, Error>,
+) {
+    let version = driver_version();
+    assert_eq!(
+        y.ptr(),
+        x.ptr(),
+        "{test}: the driver (CUDA {version}) placed y at {:#x}, not at x's address {:#x}: without G.4.1's address reuse the unchecked graph cannot show the overwrite it is meant to show",
+        y.ptr(),
+        x.ptr()
+    );
     match outcome {
-        Ok(0) => println!(
-            "NOT REPRODUCED {test}: {same}; every word of y still holds {VICTIM:#x} after the unchecked launch (this hardware or driver did not let the dead write reach y)"
-        ),
-        Ok(bad) => println!(
-            "REPRODUCED {test}: {same}; {bad} of {N} words of y read {BAD:#x} instead of {VICTIM:#x}: the graph the check refuses overwrote another allocation's live data"
-        ),
-        Err(e) => println!(
-            "REPRODUCED {test} (as a fault rather than silent corruption): {same}; the unchecked graph failed: {e}"
+        Ok(bad) => {
+            println!(
+                "{test}: y reuses x's address {:#x}; {bad} of {N} words of y read {BAD:#x} after the unchecked launch (driver CUDA {version})",
+                x.ptr()
+            );
+            assert_eq!(
+                bad, N,
+                "{test}: only {bad} of {N} words of y read {BAD:#x}: the write through the dead x must overwrite all of y"
+            );
+        }
+        Err(e) => panic!(
+            "{test}: the unchecked graph failed ({e}) instead of overwriting y at the shared address"
         ),
     }
+}
+
+/// No driver error was met in `Drop` on `device` (the crate docs' "Safety model": no error is
+/// dropped).
+#[track_caller]
+fn assert_no_drop_errors(device: &Device) {
+    device.synchronize().expect("cuCtxSynchronize");
+    cuda_graph::flush_deferred();
+    let errors = device.drop_errors();
+    assert_eq!(
+        errors.count, 0,
+        "driver errors met in Drop: {} (the last: {:?})",
+        errors.count, errors.last
+    );
 }
 
 /// The control: the same kernels, legally ordered, leave `y` intact.
@@ -192,6 +234,11 @@ fn legal_control(device: &Device, k: &Kernels, stream: &Stream) {
     );
 }
 
+/// A kernel ordered after `x`'s free node writes `x`: `instantiate` refuses the graph
+/// (`Rule::UseAfterFree`, naming the node, the allocation, the free node, the path and the
+/// offending edge); run unchecked, the write lands in `y`, allocated after `x`'s free at the
+/// same address and filled just before, so `y`'s copy reads `BAD` in every word. The legal
+/// order of the same kernels leaves `y` intact (the control).
 #[test]
 fn use_after_free_is_refused_and_overwrites_the_next_allocation_unchecked() {
     const TEST: &str = "use_after_free_is_refused_and_overwrites_the_next_allocation_unchecked";
@@ -237,9 +284,15 @@ fn use_after_free_is_refused_and_overwrites_the_next_allocation_unchecked() {
         "{s}"
     );
 
-    report(TEST, &x, &y, run_unchecked(&g, &stream, &out));
+    assert_overwrites(TEST, &x, &y, run_unchecked(&g, &stream, &out));
+    drop((g, x, y, out, stream));
+    assert_no_drop_errors(&device);
 }
 
+/// A kernel that spins, then writes `x`, is not ordered with `x`'s free node: `instantiate`
+/// refuses the graph (`Rule::UnorderedWithFree`, naming the node, the allocation and the missing
+/// edge); run unchecked, the late write lands in `y`, allocated after `x`'s free at the same
+/// address, after `y` was filled, so `y`'s copy reads `BAD` in every word.
 #[test]
 fn unordered_with_free_is_refused_and_a_delayed_writer_overwrites_unchecked() {
     const TEST: &str = "unordered_with_free_is_refused_and_a_delayed_writer_overwrites_unchecked";
@@ -275,5 +328,7 @@ fn unordered_with_free_is_refused_and_a_delayed_writer_overwrites_unchecked() {
         "{s}"
     );
 
-    report(TEST, &x, &y, run_unchecked(&g, &stream, &out));
+    assert_overwrites(TEST, &x, &y, run_unchecked(&g, &stream, &out));
+    drop((g, x, y, out, stream));
+    assert_no_drop_errors(&device);
 }

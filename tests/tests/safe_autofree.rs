@@ -2,18 +2,25 @@
 //! allocations consumer graphs read, relaunched in a loop without freeing in between, then freed
 //! with `free_async`; the clear error when a graph with unfreed allocations is relaunched
 //! without AutoFreeOnLaunch; and the RAII free of an escaped allocation, which waits for the
-//! stream work still using it. (The footprint side of RAII is in `safe_footprint`.)
+//! stream work still using it, shown with the reuse probe of the guide ("Testing"). (The
+//! footprint side of RAII is in `safe_footprint`.)
 //!
 //! Each test skips without a GPU (prints `SKIPPED ...`) and fails instead under
 //! `CUDA_GRAPH_REQUIRE_GPU=1`. Results are copied back and checked element by element.
 
+#[path = "safe_common/probe.rs"]
+mod probe;
 mod safe_common;
 
+use std::time::{Duration, Instant};
+
 use cuda_graph::{
-    AllocParams, AsStream, BorrowedStream, CaptureMode, DeviceBuffer, Error, Event, EventFlags,
-    Graph, InstantiateFlags, KernelArgs, Stream, capture,
+    AllocParams, AsStream, BorrowedStream, CaptureMode, Device, DeviceBuffer, Error, Event,
+    EventFlags, Graph, GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig, LiveObjects,
+    Stream, StreamFlags, capture, flush_deferred, live_objects,
 };
-use safe_common::{BYTES, N, assert_all, assert_iota, config, gpu};
+use probe::{PATTERN, SPIN_50_MS, assert_intact, read_words};
+use safe_common::{BYTES, Gpu, N, assert_all, assert_iota, assert_released, config, gpu};
 
 /// The guide's G.3.4 loop: the producer (captured on the per-thread stream) allocates `data1`
 /// and `data2` and fills them; consumer 1 adds to `data1` and copies it out; consumer 2 copies
@@ -188,69 +195,187 @@ fn relaunch_with_unfreed_allocations_is_refused_without_auto_free() {
     }
 }
 
-/// RAII never frees an escaped allocation while stream work may still use it: the graph and the
-/// executable graph are dropped first; a slow kernel (it spins ~10 ms, then writes) and a copy-out
-/// are queued on a second stream; the last handle is dropped while they run. The private stream
-/// that frees it waits for them, so the copy sees the slow kernel's values.
+/// A graph with an alloc node of `BYTES` labelled `label` and, after it, `iota_u32` from
+/// `base` over every word; no free node, so the allocation outlives each launch (G.3.3).
+fn escaping_iota(g: &Gpu, label: &str, base: u32) -> (Graph, GraphAllocation) {
+    let device = &g.device;
+    let mut graph = Graph::new(device).unwrap();
+    let (alloc, a) = graph
+        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES).label(label))
+        .unwrap();
+    // SAFETY: iota_u32(unsigned* p, unsigned long long n, unsigned base) on the N values of
+    // `a`, after its alloc node.
+    unsafe {
+        graph.add_kernel_node(
+            &[alloc],
+            &g.k.iota,
+            config(N),
+            &KernelArgs::new().ptr(&a).value(N).value(base),
+        )
+    }
+    .unwrap();
+    (graph, a)
+}
+
+/// RAII never frees an escaped allocation while stream work may still use it. The allocation's
+/// graph and executable graph are dropped after its launch on stream A; on stream B (non-
+/// blocking) a slow kernel (it spins about 50 ms, then writes 88 to every word) and a copy of
+/// the allocation into `out` are queued; then the allocation's last handle is dropped while
+/// they run. The reuse probe follows at once: a graph allocating the same size, launched on
+/// stream A, fills its allocation with the pattern, and graph memory is trimmed. Stream B must
+/// then synchronize without error, `out` must hold 88 in every word (not the probe's
+/// pattern), and the probe must still hold the pattern in every word (not the slow kernel's
+/// 88). Control: the same with a clone of the handle kept until stream B is done.
 #[test]
 fn raii_free_waits_for_stream_work_still_using_the_allocation() {
     let Some(g) = gpu("raii_free_waits_for_stream_work_still_using_the_allocation") else {
         return;
     };
     let device = &g.device;
-    let (stream_a, stream_b) = (Stream::new(device).unwrap(), Stream::new(device).unwrap());
+    let new_stream = || Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0).unwrap();
+    let (stream_a, stream_b) = (new_stream(), new_stream());
     let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
-    let mut graph = Graph::new(device).unwrap();
-    let (alloc, escaped) = graph
-        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES).label("escaped"))
+    let live_start = live_objects();
+    let mut probe_graph = Graph::new(device).unwrap();
+    let (alloc, probe) = probe_graph
+        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES).label("probe"))
         .unwrap();
-    // SAFETY: iota_u32 on the N values of `escaped`, after its alloc node.
+    // SAFETY: fill_u32(unsigned* p, unsigned long long n, unsigned v) on the N values of
+    // `probe`, after its alloc node.
     unsafe {
-        graph.add_kernel_node(
+        probe_graph.add_kernel_node(
             &[alloc],
-            &g.k.iota,
+            &g.k.fill,
             config(N),
-            &KernelArgs::new().ptr(&escaped).value(N).value(1u32),
+            &KernelArgs::new().ptr(&probe).value(N).value(PATTERN),
         )
     }
     .unwrap();
-    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
-    exec.launch(&stream_a).unwrap();
-    let allocated = Event::with_flags(device, EventFlags::DISABLE_TIMING).unwrap();
-    allocated.record(&stream_a).unwrap();
-    drop(exec);
-    drop(graph);
-    assert!(escaped.is_live(), "live until its last handle drops");
+    let probe_exec = probe_graph.instantiate(InstantiateFlags::NONE).unwrap();
 
-    stream_b.wait_event(&allocated).unwrap();
-    // SAFETY: spin_then_fill_u32(u32*, u64, u32, u64) and copy_u32 on the N values of `escaped`
-    // (live: allocated by the launch that stream B waits for) and `out`.
-    unsafe {
-        g.k.spin_then_fill
-            .launch(
-                &stream_b,
-                config(N),
-                &KernelArgs::new()
-                    .ptr(&escaped)
-                    .value(N)
-                    .value(88u32)
-                    .value(20_000_000u64),
-            )
-            .unwrap();
-        g.k.copy
-            .launch(
-                &stream_b,
-                config(N),
-                &KernelArgs::new().ptr(&out).ptr(&escaped).value(N),
-            )
-            .unwrap();
+    for keep_alive in [true, false] {
+        let case = if keep_alive {
+            "control (a handle kept)"
+        } else {
+            "last handle dropped"
+        };
+        out.copy_from(&vec![0; N as usize]).unwrap();
+        let (graph, escaped) = escaping_iota(&g, "escaped", 1);
+        let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+        exec.launch(&stream_a).unwrap();
+        let allocated = Event::with_flags(device, EventFlags::DISABLE_TIMING).unwrap();
+        allocated.record(&stream_a).unwrap();
+        drop(exec);
+        drop(graph);
+        assert!(escaped.is_live(), "live until its last handle drops");
+        let freed = escaped.ptr();
+
+        stream_b.wait_event(&allocated).unwrap();
+        // SAFETY: spin_then_fill_u32(unsigned* p, unsigned long long n, unsigned v,
+        // unsigned long long spins) and copy_u32(unsigned* dst, const unsigned* src,
+        // unsigned long long n) on the N values of `escaped` (live: allocated by the launch that
+        // stream B waits for) and of `out`.
+        unsafe {
+            g.k.spin_then_fill
+                .launch(
+                    &stream_b,
+                    few_blocks(),
+                    &KernelArgs::new()
+                        .ptr(&escaped)
+                        .value(N)
+                        .value(88u32)
+                        .value(SPIN_50_MS),
+                )
+                .unwrap();
+            g.k.copy
+                .launch(
+                    &stream_b,
+                    config(N),
+                    &KernelArgs::new().ptr(&out).ptr(&escaped).value(N),
+                )
+                .unwrap();
+        }
+        let kept = keep_alive.then(|| escaped.clone());
+        drop(escaped); // the last handle unless kept, while stream B still runs
+        probe_exec.launch(&stream_a).unwrap();
+        stream_a.synchronize().unwrap();
+        device.graph_mem_trim().unwrap();
+        let b_done = stream_b.synchronize();
+        println!("{case}: stream B: {b_done:?}");
+        b_done.unwrap_or_else(|e| {
+            panic!("{case}: stream B used the allocation after it was freed and trimmed: {e}")
+        });
+        assert_all(
+            &out.to_vec().unwrap(),
+            88,
+            &format!(
+                "{case}: the copy of the slow kernel's values ({PATTERN:#x}: the probe's pattern, read through the freed allocation)"
+            ),
+        );
+        let got = read_words(device, probe.ptr(), N as usize).unwrap();
+        assert_intact(
+            &format!("{case}: the slow kernel on stream B"),
+            freed,
+            probe.ptr(),
+            &got,
+            PATTERN,
+        );
+        if let Some(escaped) = kept {
+            escaped.free_async(&stream_a).unwrap();
+        }
+        probe.free_async(&stream_a).unwrap();
+        stream_a.synchronize().unwrap();
     }
-    drop(escaped); // the last handle, while stream B still runs
-    stream_b.synchronize().unwrap();
-    device.synchronize().unwrap();
-    assert_all(
-        &out.to_vec().unwrap(),
-        88,
-        "copy of the slow kernel's values",
+    drop((probe_exec, probe_graph, probe));
+    assert_eq!(
+        settle(device, live_start),
+        live_start,
+        "objects of the crate still live after every graph and handle was dropped"
+    );
+    assert_released(
+        device,
+        "raii_free_waits_for_stream_work_still_using_the_allocation",
+    );
+    assert_no_drop_errors(device);
+}
+
+/// Four blocks of 256 threads: the slow kernel writes every word (grid-stride loop) while all
+/// its threads spin at once.
+fn few_blocks() -> LaunchConfig {
+    LaunchConfig {
+        grid: (4, 1, 1),
+        block: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Waits until the crate's live objects are back to `start` and returns them: the driver calls
+/// the destructors of the CUDA user objects that hold what graphs refer to on its own thread,
+/// some time after the last launch, and the releases they queue run at the crate's next flush
+/// point. Synchronizes and flushes (`flush_deferred`) until the count matches and nothing is
+/// queued, for at most 10 s.
+fn settle(device: &Device, start: LiveObjects) -> LiveObjects {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        device.synchronize().expect("cuCtxSynchronize");
+        let queued = flush_deferred();
+        let live = live_objects();
+        if (live == start && queued == 0) || Instant::now() > deadline {
+            device.synchronize().expect("cuCtxSynchronize");
+            return live;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// No driver error was met in `Drop` on `device` (the crate docs' "Safety model": no error is
+/// dropped).
+#[track_caller]
+fn assert_no_drop_errors(device: &Device) {
+    let errors = device.drop_errors();
+    assert_eq!(
+        errors.count, 0,
+        "driver errors met in Drop: {} (the last: {:?})",
+        errors.count, errors.last
     );
 }
