@@ -52,6 +52,9 @@ if ! command -v cargo >/dev/null; then
   excluded+=("cuda-graph-tests::compile_fail misuses_the_safe_api_makes_impossible_do_not_compile|no cargo on this machine (trybuild compiles the programs with it)")
 fi
 
+# Tests that need the whole device's memory: run alone, after the rest.
+alone='binary(capacity)'
+
 # One filterset: the user's (any of them), less the exclusions.
 filter="all()"
 if [ ${#user_filters[@]} -gt 0 ]; then
@@ -86,8 +89,13 @@ for archive in "${archives[@]}"; do
 
   echo "=== CUDA $v headers: tests"
   "$nextest" nextest run --archive-file "$archive" --workspace-remap . \
-    --no-fail-fast --success-output final -E "$filter" "${rest[@]}" 2>&1 | tee "$logs/tests-$v.log" || status=1
-  say "$(grep -E '^ *Summary \[' "$logs/tests-$v.log" | tail -n 1 | sed -E 's/^ +//')"
+    --no-fail-fast --success-output final -E "($filter) & not ($alone)" "${rest[@]}" 2>&1 | tee "$logs/tests-$v.log" || status=1
+  # Tests that take nearly the whole device run after the others, one at a time: beside other
+  # test processes they would make those fail for want of memory, and measure their memory.
+  echo "=== CUDA $v headers: tests that need the whole device, alone"
+  "$nextest" nextest run --archive-file "$archive" --workspace-remap . --test-threads 1 \
+    --no-tests warn --no-fail-fast --success-output final -E "($filter) & ($alone)" "${rest[@]}" 2>&1 | tee -a "$logs/tests-$v.log" || status=1
+  while read -r line; do say "$line"; done < <(grep -E '^ *Summary \[' "$logs/tests-$v.log" | sed -E 's/^ +//')
   # Failed tests: every status line other than a pass (nextest repeats them in its final list).
   while read -r line; do say "FAILED: $line"; done < <(grep -E '^ +[A-Z][A-Z0-9 -]*\[ *[0-9.]+s\]' "$logs/tests-$v.log" |
     grep -vE '^ +(PASS|SKIP|START|SLOW|RETRY) ' | sed -E 's/^ +//' | sort -u)
@@ -106,7 +114,7 @@ for archive in "${archives[@]}"; do
     echo "=== CUDA $v headers: compute-sanitizer --tool $tool"
     env "$runner_var=$PWD/ci/sanitize-runner.sh" SANITIZER_TOOL="$tool" \
       "$nextest" nextest run --archive-file "$archive" --workspace-remap . \
-      --no-fail-fast --test-threads 4 --success-output immediate -E "$filter" "${rest[@]}" >"$logs/$tool-$v.log" 2>&1 || status=1
+      --no-fail-fast --test-threads 4 --success-output immediate -E "($filter) & not ($alone)" "${rest[@]}" >"$logs/$tool-$v.log" 2>&1 || status=1
     # racecheck ends each process with "RACECHECK SUMMARY: N hazards displayed", the other
     # tools with "ERROR SUMMARY: N errors".
     errors=$(grep -hoE '(ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard)' "$logs/$tool-$v.log" | awk '{s+=$3} END {print s+0}')
