@@ -12,4 +12,4 @@
 //! | `spin_then_fill_u32` | `(u32* p, u64 n, u32 v, u64 cycles)` | waits `cycles` clock cycles, then `p[i] = v` |
 
 /// The PTX text of `kernels/graph_kernels.cu`.
-pub const PTX: &str = include_str!("../../kernels/graph_kernels.ptx");
+pub const PTX: &str = include_str!("../kernels/graph_kernels.ptx");

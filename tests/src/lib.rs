@@ -343,8 +343,11 @@ macro_rules! drv_expect {
 /// The raw bindings, re-exported for the macros.
 pub use cuda_graph_sys as sys;
 
-/// The test kernels (`kernels/graph_kernels.cu`) as PTX, NUL-terminated as the loaders need.
-pub const KERNELS_PTX: &str = concat!(include_str!("../../kernels/graph_kernels.ptx"), "\0");
+/// The test kernels (`cuda-graph/kernels/graph_kernels.cu`) as PTX, NUL-terminated for the loaders.
+pub const KERNELS_PTX: &str = concat!(
+    include_str!("../../cuda-graph/kernels/graph_kernels.ptx"),
+    "\0"
+);
 
 /// One MiB.
 pub const MIB: usize = 1 << 20;
@@ -357,7 +360,7 @@ pub fn grid_for(n: usize) -> u32 {
     n.div_ceil(BLOCK as usize).clamp(1, 1024) as u32
 }
 
-/// The kernels of `kernels/graph_kernels.ptx`, loaded through the runtime API
+/// The kernels of `cuda-graph/kernels/graph_kernels.ptx`, loaded through the runtime API
 /// (`cudaLibraryLoadData` + `cudaLibraryGetKernel`). A `cudaKernel_t` is passed as the `func` of
 /// `cudaLaunchKernel` and `cudaKernelNodeParams`. Dropping it unloads the library: destroy the
 /// graphs that launch these kernels and synchronize first.
@@ -431,7 +434,7 @@ impl Drop for RuntimeKernels {
     }
 }
 
-/// The kernels of `kernels/graph_kernels.ptx`, loaded through the driver API
+/// The kernels of `cuda-graph/kernels/graph_kernels.ptx`, loaded through the driver API
 /// (`cuModuleLoadData` + `cuModuleGetFunction`) into the current context. Dropping it unloads
 /// the module (the context must still be current).
 #[derive(Debug)]

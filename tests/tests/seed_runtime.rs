@@ -1,6 +1,6 @@
 //! Every code fragment of the CUDA Programming Guide's "Graph Memory Nodes" (G.3–G.7,
 //! `shared/seeds/000_fa0176e0d1c452bf.txt`) in the runtime API, as the guide writes it, in raw FFI,
-//! with the test kernels of `kernels/graph_kernels.cu` doing the work and their output copied back
+//! with the test kernels of `cuda-graph/kernels/graph_kernels.cu` doing the work and their output copied back
 //! and checked.
 //!
 //! Each test skips (prints `SKIPPED ...`) without a GPU, and fails instead with

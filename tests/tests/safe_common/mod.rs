@@ -39,7 +39,7 @@ pub fn gpu_required() -> bool {
     std::env::var(REQUIRE_GPU_VAR).is_ok_and(|v| v.trim() == "1")
 }
 
-/// The kernels of `kernels/graph_kernels.cu` (see `cuda_graph::kernels`).
+/// The kernels of `cuda-graph/kernels/graph_kernels.cu` (see `cuda_graph::kernels`).
 #[derive(Debug)]
 pub struct Kernels {
     /// `fill_u32(p, n, v)`: `p[i] = v`.
