@@ -1,12 +1,13 @@
 //! Build script of cuda-graph-bench: compiles the C baseline (`c/graph_bench.c`, the workloads
 //! written with the CUDA runtime API as the Programming Guide writes them) with the `cc` crate
-//! against the very headers cuda-graph-sys used (`DEP_CUDA_INCLUDE`), into a static library that
-//! the benchmark links; the runtime it calls is the one cuda-graph-sys links (statically, by
-//! default).
+//! against the very headers cuda-graph-sys used (`DEP_CUDA_GRAPH_SYS_INCLUDE`), into a static
+//! library that the benchmark links; the runtime it calls is the one cuda-graph-sys links
+//! (statically, by default).
 //!
 //! Nothing is compiled when there are no headers (a build on pregenerated bindings) or no runtime
-//! library to link (cuda-graph-sys resolving runtime functions at run time, `DEP_CUDA_CUDART` =
-//! `loaded`): the cfg `cuda_graph_bench_no_c` then makes the benchmark say why it cannot compare.
+//! library to link (cuda-graph-sys resolving runtime functions at run time,
+//! `DEP_CUDA_GRAPH_SYS_CUDART` = `loaded`): the cfg `cuda_graph_bench_no_c` then makes the
+//! benchmark say why it cannot compare.
 
 use std::env;
 use std::path::PathBuf;
@@ -19,12 +20,12 @@ fn main() {
     println!("cargo::rerun-if-changed=c/graph_bench.c");
     println!("cargo::rustc-check-cfg=cfg(cuda_graph_bench_no_c)");
 
-    // Published by cuda-graph-sys (`links = "cuda"`); a change there reruns this script.
-    let include = env::var("DEP_CUDA_INCLUDE").unwrap_or_default();
-    let root = env::var("DEP_CUDA_ROOT").unwrap_or_default();
-    let extra = env::var_os("DEP_CUDA_EXTRA_INCLUDES").unwrap_or_default();
-    let version = env::var("DEP_CUDA_VERSION").unwrap_or_default();
-    let cudart = env::var("DEP_CUDA_CUDART").unwrap_or_default();
+    // Published by cuda-graph-sys (`links = "cuda_graph_sys"`); a change there reruns this script.
+    let include = env::var("DEP_CUDA_GRAPH_SYS_INCLUDE").unwrap_or_default();
+    let root = env::var("DEP_CUDA_GRAPH_SYS_ROOT").unwrap_or_default();
+    let extra = env::var_os("DEP_CUDA_GRAPH_SYS_EXTRA_INCLUDES").unwrap_or_default();
+    let version = env::var("DEP_CUDA_GRAPH_SYS_VERSION").unwrap_or_default();
+    let cudart = env::var("DEP_CUDA_GRAPH_SYS_CUDART").unwrap_or_default();
 
     let why_not = if include.is_empty() {
         Some(format!(

@@ -1,12 +1,12 @@
-//! Turns the CUDA version that cuda-graph-sys found (`DEP_CUDA_VERSION`) into `cfg`s:
+//! Turns the CUDA version that cuda-graph-sys found (`DEP_CUDA_GRAPH_SYS_VERSION`) into `cfg`s:
 //! `cuda_graph_child_move` where the headers have child-graph ownership transfer (12.9+), and
 //! `cuda_graph_cuda13` for CUDA 13 headers.
 
 fn main() {
-    println!("cargo::rerun-if-env-changed=DEP_CUDA_VERSION");
+    println!("cargo::rerun-if-env-changed=DEP_CUDA_GRAPH_SYS_VERSION");
     println!("cargo::rustc-check-cfg=cfg(cuda_graph_child_move)");
     println!("cargo::rustc-check-cfg=cfg(cuda_graph_cuda13)");
-    let version: u32 = std::env::var("DEP_CUDA_VERSION")
+    let version: u32 = std::env::var("DEP_CUDA_GRAPH_SYS_VERSION")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);

@@ -1,5 +1,6 @@
 //! Build script of cuda-graph-tests: compiles the C side of the ABI cross-check (`abi/probe.c`)
-//! against the very headers cuda-graph-sys used, which it publishes as `DEP_CUDA_INCLUDE`.
+//! against the very headers cuda-graph-sys used, which it publishes as
+//! `DEP_CUDA_GRAPH_SYS_INCLUDE` (and `DEP_CUDA_GRAPH_SYS_ROOT`; both unset without a toolkit).
 //!
 //! Without toolkit headers (a build on pregenerated bindings), nothing is compiled and the cfg
 //! `cuda_graph_tests_no_abi_probe` tells `tests/abi.rs` to print why it skips (or to fail, under
@@ -30,11 +31,11 @@ fn main() {
 
     build_stub_driver();
 
-    // Published by cuda-graph-sys (`links = "cuda"`); a change there reruns this script.
-    let include = env::var("DEP_CUDA_INCLUDE").unwrap_or_default();
-    let root = env::var("DEP_CUDA_ROOT").unwrap_or_default();
-    let version = env::var("DEP_CUDA_VERSION").unwrap_or_default();
-    let bindings = env::var("DEP_CUDA_BINDINGS").unwrap_or_default();
+    // Published by cuda-graph-sys (`links = "cuda_graph_sys"`); a change there reruns this script.
+    let include = env::var("DEP_CUDA_GRAPH_SYS_INCLUDE").unwrap_or_default();
+    let root = env::var("DEP_CUDA_GRAPH_SYS_ROOT").unwrap_or_default();
+    let version = env::var("DEP_CUDA_GRAPH_SYS_VERSION").unwrap_or_default();
+    let bindings = env::var("DEP_CUDA_GRAPH_SYS_BINDINGS").unwrap_or_default();
 
     // The safe_ GPU tests use `cfg(cuda_graph_child_move)` as cuda-graph derives it: headers of
     // CUDA 12.9 or newer have child-graph ownership transfer.

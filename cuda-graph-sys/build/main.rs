@@ -142,36 +142,31 @@ fn run() -> Result<(), String> {
     let loader = loader_gen::generate(&bindings, cudart == Cudart::Loaded)?;
     write(&out_dir.join("loader.rs"), &loader)?;
 
-    // Metadata for dependents (DEP_CUDA_VERSION, ...) and for this crate's own code.
-    let root = toolkit
-        .as_ref()
-        .map(|tk| tk.root.display().to_string())
-        .unwrap_or_default();
-    let include = toolkit
-        .as_ref()
-        .map(|tk| tk.include.display().to_string())
-        .unwrap_or_default();
+    // Metadata for dependents (`links = "cuda_graph_sys"`: DEP_CUDA_GRAPH_SYS_VERSION, ...; the
+    // formats are documented in README.md). A variable with nothing to say is left unset, never
+    // set to an empty string: ROOT, INCLUDE and EXTRA_INCLUDES name the toolkit whose headers
+    // VERSION describes, and are unset without one (pregenerated bindings of another version
+    // than the toolkit found have no headers of their own).
+    let headers = toolkit.as_ref().filter(|tk| tk.version == version);
     println!("cargo::metadata=version={version}");
-    println!("cargo::metadata=root={root}");
-    println!("cargo::metadata=include={include}");
-    let extra: Vec<String> = toolkit
-        .as_ref()
-        .map(|tk| {
-            tk.extra_includes
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect()
-        })
-        .unwrap_or_default();
-    // Further include directories, separated by the platform's path separator.
-    println!(
-        "cargo::metadata=extra_includes={}",
-        std::env::join_paths(extra)
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    );
+    if let Some(tk) = headers {
+        println!("cargo::metadata=root={}", absolute(&tk.root).display());
+        println!(
+            "cargo::metadata=include={}",
+            absolute(&tk.include).display()
+        );
+        // Further include directories, separated by the platform's path separator.
+        if !tk.extra_includes.is_empty() {
+            let extra = env::join_paths(tk.extra_includes.iter().map(|p| absolute(p)))
+                .map_err(|e| format!("joining the extra include directories: {e}"))?;
+            println!("cargo::metadata=extra_includes={}", extra.to_string_lossy());
+        }
+    }
     println!("cargo::metadata=bindings={source}");
     println!("cargo::metadata=cudart={}", cudart.name());
+    let include = headers
+        .map(|tk| tk.include.display().to_string())
+        .unwrap_or_default();
     println!("cargo::rustc-env=CUDA_GRAPH_SYS_CUDA_VERSION={version}");
     println!("cargo::rustc-env=CUDA_GRAPH_SYS_BINDINGS={source}");
     println!("cargo::rustc-env=CUDA_GRAPH_SYS_CUDART={}", cudart.name());
@@ -234,6 +229,13 @@ fn link_runtime(toolkit: Option<&toolkit::Toolkit>, docs_rs: bool) -> Result<Cud
             lib.display()
         ))
     }
+}
+
+/// `path` made absolute against this script's working directory (the package's directory, where
+/// a relative `CUDA_PATH` was resolved), so that dependents' build scripts, which run elsewhere,
+/// can use it; symbolic links are kept as they are.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn dotted(version: u32) -> String {

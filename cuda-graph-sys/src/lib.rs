@@ -12,7 +12,8 @@
 //! - **The runtime is linked statically** from the toolkit (`libcudart_static.a`), or dynamically
 //!   with the `cudart-dynamic` feature. A build without a toolkit resolves runtime functions from
 //!   `libcudart.so` at run time instead, like the driver.
-//! - [`CUDA_VERSION`] is the version of the headers; dependents see it as `DEP_CUDA_VERSION`.
+//! - [`CUDA_VERSION`] is the version of the headers; dependents see it as
+//!   `DEP_CUDA_GRAPH_SYS_VERSION` (this crate's `links` value is `cuda_graph_sys`).
 //!
 //! ```no_run
 //! use cuda_graph_sys::*;

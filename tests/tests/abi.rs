@@ -1,10 +1,10 @@
 //! ABI cross-check of the bindings against C compiled with the same headers.
 //!
 //! `abi/probe.c`, compiled by `build.rs` against the headers cuda-graph-sys used
-//! (`DEP_CUDA_INCLUDE`), reports `sizeof`, `_Alignof` and `offsetof` of the graph-memory
-//! structures of the driver and runtime APIs, and the values of the constants the graph-memory
-//! code relies on. This test builds the same table from the bindings and compares the two by
-//! name: every value must agree, and every name must be in both tables.
+//! (`DEP_CUDA_GRAPH_SYS_INCLUDE`), reports `sizeof`, `_Alignof` and `offsetof` of the
+//! graph-memory structures of the driver and runtime APIs, and the values of the constants the
+//! graph-memory code relies on. This test builds the same table from the bindings and compares
+//! the two by name: every value must agree, and every name must be in both tables.
 //!
 //! A build without toolkit headers (pregenerated bindings) has nothing to compare against; the
 //! tests then print why they skip, except under `CUDA_GRAPH_REQUIRE_ABI=1` (set by CI, which gives

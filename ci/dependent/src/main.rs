@@ -1,0 +1,19 @@
+//! Prints the metadata its build script read and checked, after checking that the version it
+//! saw is the one the crate was compiled with.
+
+fn main() {
+    let version: u32 = env!("CUDA_GRAPH_DEPENDENT_VERSION").parse().unwrap_or(0);
+    if version != cuda_graph_sys::CUDA_VERSION {
+        eprintln!(
+            "DEP_CUDA_GRAPH_SYS_VERSION={version} but cuda_graph_sys::CUDA_VERSION is {}",
+            cuda_graph_sys::CUDA_VERSION
+        );
+        std::process::exit(1);
+    }
+    // A use of the safe layer, so that it is built and linked as a dependency.
+    let _ = cuda_graph::kernels::PTX.len();
+    println!(
+        "cuda-graph-dependent: DEP_CUDA_GRAPH_SYS_* {}",
+        env!("CUDA_GRAPH_DEPENDENT_METADATA")
+    );
+}
