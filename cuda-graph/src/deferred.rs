@@ -46,6 +46,13 @@ static QUEUED: AtomicUsize = AtomicUsize::new(0);
 /// ([`release_allowed`]) to its end, [`Capture`](crate::Capture)'s beginning holds it exclusive
 /// until the capture is registered. So no release runs inside a capture that began after its
 /// check, and no free checked "not capturing" is captured.
+///
+/// Lock order: the gate, then graph allocations' state locks. A release can start under those
+/// locks (an event dropped while a launch records its uses), and std's `RwLock` makes a new
+/// shared hold wait while an exclusive one is waiting: a thread that took an allocation's lock
+/// first and the gate second would wait behind a `Capture::begin` that waits for a holder of
+/// the gate that waits for that allocation's lock. Every path that locks allocations' states
+/// takes the gate first; nested holds on one thread do not touch the lock.
 static GATE: RwLock<()> = RwLock::new(());
 
 thread_local! {
@@ -84,12 +91,16 @@ pub(crate) struct Gate {
     _held: Option<RwLockReadGuard<'static, ()>>,
 }
 
-/// Holds the gate shared until the value drops.
+/// Holds the gate shared until the value drops. Inside a host node's function nothing is
+/// taken: releases are only queued there and no CUDA call is made, and a driver thread must not
+/// wait behind a `Capture::begin` that waits for a holder of the gate that may itself wait for
+/// the GPU, and so for this host function (a release that synchronizes, such as `cuMemFree`).
 pub(crate) fn hold_gate() -> Gate {
     let depth = GATE_DEPTH.get();
     GATE_DEPTH.set(depth + 1);
     Gate {
-        _held: (depth == 0).then(|| GATE.read().unwrap_or_else(|e| e.into_inner())),
+        _held: (depth == 0 && !in_host_function())
+            .then(|| GATE.read().unwrap_or_else(|e| e.into_inner())),
     }
 }
 

@@ -341,6 +341,11 @@ impl ExecGraph {
         self.device.bind()?;
         let id = stream.stream_id()?;
         let raw = stream.as_raw_stream();
+        // The gate before the allocations' locks, as everywhere (`free_async`,
+        // `Function::launch`): `mark` drops events under those locks, and an event's release
+        // takes the gate. Taken only then, it would wait behind a `Capture::begin` that waits
+        // for a thread holding the gate and waiting for one of these locks: a deadlock.
+        let _gate = deferred::hold_gate();
         let mut states: Vec<_> = self.locked.iter().map(|a| a.lock()).collect();
         let frees = self.foreign_frees.iter().zip(&self.frees_at);
         let uses = self.foreign_uses.iter().zip(&self.uses_at);
