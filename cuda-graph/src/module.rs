@@ -169,9 +169,9 @@ impl Function {
     /// `args` matches the kernel's parameters in number, order and type, and every address in it
     /// is valid for the accesses the kernel makes, for as long as the kernel runs: for memory
     /// passed with [`KernelArgs::ptr`] the crate ensures it (above; in a capture begun through
-    /// [`Capture`], the captured graph keeps the module and that memory); for addresses passed
-    /// as plain values, and for everything a launch captured by a capture that other code
-    /// began refers to (the module included), the caller does.
+    /// [`Capture`](crate::Capture), the captured graph keeps the module and that memory); for
+    /// addresses passed as plain values, and for everything a launch captured by a capture that
+    /// other code began refers to (the module included), the caller does.
     pub unsafe fn launch(
         &self,
         stream: &impl AsStream,
