@@ -276,6 +276,19 @@ impl Device {
         self.inner.device == other.inner.device
     }
 
+    /// Waits for the frees queued on the private stream, if it exists
+    /// (`cuStreamSynchronize`).
+    pub(crate) fn synchronize_reaper(&self) -> Result<()> {
+        match self.inner.reaper.get() {
+            Some(Ok(stream)) => check(
+                // SAFETY: the reaper stream lives as long as the device.
+                unsafe { sys::cuStreamSynchronize(*stream) },
+                "cuStreamSynchronize",
+            ),
+            _ => Ok(()),
+        }
+    }
+
     /// The private, non-blocking stream that orders RAII frees of escaped graph allocations.
     pub(crate) fn reaper_stream(&self) -> Result<sys::CUstream> {
         self.inner

@@ -104,8 +104,17 @@ impl Device {
 
     /// Returns graph memory that no graph is using to the OS (`cuDeviceGraphMemTrim`). Live
     /// allocations and scheduled or running graphs keep theirs.
+    ///
+    /// First, unless a capture of this crate forbids it, it runs the releases the crate put off
+    /// ([`flush_deferred`](crate::flush_deferred)) and waits for the frees of dropped graph
+    /// allocations queued on the device's private stream, so that memory whose last handle is
+    /// gone is trimmed too.
     pub fn graph_mem_trim(&self) -> Result<()> {
         self.bind()?;
+        if crate::deferred::release_allowed() {
+            crate::deferred::flush_if_queued();
+            self.synchronize_reaper()?;
+        }
         check(
             // SAFETY: the device is valid.
             unsafe { sys::cuDeviceGraphMemTrim(self.as_raw()) },
