@@ -222,6 +222,12 @@ fn isolated(name: &str, body: fn()) {
         return;
     }
     if let Err(why) = stub_path() {
+        let strict = std::env::var("CI").is_ok_and(|v| v == "true")
+            || std::env::var("CUDA_GRAPH_REQUIRE_GPU").is_ok_and(|v| v.trim() == "1");
+        assert!(
+            !strict,
+            "{name}: the extended stub driver could not be built ({why})"
+        );
         println!("SKIPPED {name}: the extended stub driver could not be built ({why})");
         return;
     }
@@ -229,7 +235,7 @@ fn isolated(name: &str, body: fn()) {
         .args([
             name,
             "--exact",
-            "--ignored",
+            "--include-ignored",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -281,7 +287,11 @@ fn moved_child_graph_bypasses_the_lifetime_checks() {
         assert!(refused.is_err(), "the child alone is refused");
         println!("child alone: {}", refused.unwrap_err());
         let mut parent = Graph::new(&device).unwrap();
-        parent.add_child_graph_node_moved(&[], child).unwrap();
+        // Refused when the child moves in, or at the parent's instantiation: never run.
+        if let Err(e) = parent.add_child_graph_node_moved(&[], child) {
+            println!("moving the child in: {e}");
+            return;
+        }
         let exec = parent.instantiate(InstantiateFlags::NONE);
         assert!(
             exec.is_err(),
@@ -378,12 +388,19 @@ fn function_launch_into_a_capture_skips_the_allocation_checks() {
                 .launch(&stream);
             assert!(refused.is_err(), "Capture::launch's graph is refused");
             println!("Capture::launch: {}", refused.unwrap_err());
-            let (unguarded, ()) = capture(&stream, CaptureMode::Global, |cap| {
+            let captured = capture(&stream, CaptureMode::Global, |cap| {
                 // SAFETY: as above; Function::launch's contract says the crate ensures memory
                 // passed with KernelArgs::ptr in a capture begun through Capture.
                 unsafe { fill.launch(cap.stream(), config(), &args) }
-            })
-            .unwrap();
+            });
+            // Refused in the capture, or at the captured graph's launch: never run.
+            let (unguarded, ()) = match captured {
+                Err(e) => {
+                    println!("Function::launch in the capture: {e}");
+                    return;
+                }
+                Ok(captured) => captured,
+            };
             println!(
                 "record of the Function::launch node: {:?}",
                 unguarded.nodes()
