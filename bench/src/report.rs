@@ -10,15 +10,15 @@ use crate::stats::Stats;
 use crate::workload::{Mode, PathId};
 
 /// Steady launch of the chains whose allocations do not escape (the safe API's fast launch
-/// path): safe/C at most this (issues 12 and 13: the launch path stays within 1%). GPU-bound at
+/// path): safe/C at most this (the safety model's bookkeeping costs the launch path under 1%). GPU-bound at
 /// k ≥ 10, so it cannot see the host's share there: [`TARGET_ENQUEUE`] does.
 pub const TARGET_STEADY: f64 = 1.01;
-/// Launch + synchronize of the same chains: safe/C at most this (issue 5).
+/// Launch + synchronize of the same chains: safe/C at most this.
 pub const TARGET_LAUNCH_SYNC: f64 = 1.02;
-/// Build + instantiate with the checks on: safe/C at most this (issue 5).
+/// Build + instantiate with the checks on: safe/C at most this.
 pub const TARGET_BUILD: f64 = 1.05;
 /// Launch enqueue (host only) of the chains whose allocations do not escape: safe/raw at most
-/// this, at every k (issue 14). The figure the safe layer can move: the GPU does not bound it.
+/// this, at every k. The figure the safe layer can move: the GPU does not bound it.
 pub const TARGET_ENQUEUE: f64 = 1.05;
 /// Launch enqueue of the escaping chain (the safe API's slow launch path) at
 /// [`ESCAPING_TARGET_K`]: safe/raw at most this. The slow path adds a lock and an event record

@@ -1,4 +1,4 @@
-//! Stress and leaks (issue 6, item 2), the long run: cycles of build, instantiate, launch and
+//! Stress and leaks, the long run: cycles of build, instantiate, launch and
 //! drop, in every way a graph's memory can end, every launch's output verified; before and
 //! after, the figures that show nothing leaks: graph memory used and reserved (after a
 //! synchronize and a trim), the process's resident memory, and the live CUDA objects this crate

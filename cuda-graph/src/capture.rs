@@ -136,7 +136,6 @@ impl<'s, S: AsStream> Capture<'s, S> {
             stream.as_raw_stream() as usize,
             capture_id,
             restricts,
-            thread,
             keep.clone(),
         );
         Ok(Capture {
@@ -282,8 +281,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
         // SAFETY: the caller upholds the launch contract; the stream captures, so the launch
         // becomes a node that the graph orders and keeps alive.
         unsafe { function.launch_raw(stream, config, args) }?;
-        self.keep.push(function.keep());
-        self.keep.extend(args.keeps());
+        self.keep
+            .extend(std::iter::once(function.keep()).chain(args.keeps()));
         if let Some(node) = last_captured_node(stream)? {
             let uses = args.graph_allocations().cloned().collect();
             self.captured

@@ -138,8 +138,6 @@ struct Registered {
     /// The driver's capture id.
     id: u64,
     restricts: Restricts,
-    /// The thread that began it: only it can end a capture that is not relaxed.
-    thread: ThreadId,
     /// What the captured nodes refer to: launches captured on any stream of this capture, also
     /// through [`Function::launch`](crate::Function::launch), add to it.
     keep: Arc<KeepList>,
@@ -151,19 +149,12 @@ static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Registers a capture that began on `stream` with the driver's capture `id`, whose graph will
 /// keep `keep`.
-pub(crate) fn capture_began(
-    stream: usize,
-    id: u64,
-    restricts: Restricts,
-    thread: ThreadId,
-    keep: Arc<KeepList>,
-) {
+pub(crate) fn capture_began(stream: usize, id: u64, restricts: Restricts, keep: Arc<KeepList>) {
     let mut captures = lock(&CAPTURES);
     captures.push(Registered {
         stream,
         id,
         restricts,
-        thread,
         keep,
     });
     ACTIVE.store(captures.len(), Ordering::Release);
@@ -183,16 +174,15 @@ pub(crate) fn capture_ended(id: u64) -> bool {
     found
 }
 
-/// The id of the registered capture whose origin stream is `stream`, and the thread that
-/// began it (which alone can end it unless it is relaxed), if any.
-pub(crate) fn capture_on(stream: usize) -> Option<(u64, ThreadId)> {
+/// The id of the registered capture whose origin stream is `stream`, if any.
+pub(crate) fn capture_on(stream: usize) -> Option<u64> {
     if ACTIVE.load(Ordering::Acquire) == 0 {
         return None;
     }
     lock(&CAPTURES)
         .iter()
         .find(|c| c.stream == stream)
-        .map(|c| (c.id, c.thread))
+        .map(|c| c.id)
 }
 
 /// Whether any capture is registered (one atomic load).

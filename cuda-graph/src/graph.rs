@@ -503,8 +503,8 @@ impl Graph {
         })?;
         let kind = NodeKind::Kernel(function.shared_name());
         let uses = args.graph_allocations().cloned().collect();
-        self.keep.push(function.keep());
-        self.keep.extend(args.keeps());
+        self.keep
+            .extend(std::iter::once(function.keep()).chain(args.keeps()));
         Ok(self.push_with(raw, kind, indices, uses, Few::new()))
     }
 

@@ -177,7 +177,7 @@ impl Stream {
     /// ended by the thread that began it: on another thread the failure is recorded too, and
     /// the capture stays registered (releases stay put off, as the driver still captures).
     fn end_forgotten_capture(&self) {
-        let Some((id, _thread)) = deferred::capture_on(self.raw as usize) else {
+        let Some(id) = deferred::capture_on(self.raw as usize) else {
             return;
         };
         self.device.record_drop_error(Error::CaptureLeftOpen);
@@ -186,7 +186,8 @@ impl Stream {
         let code = unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) };
         if !graph.is_null() {
             // SAFETY: the discarded graph is ours to destroy.
-            let _ = unsafe { sys::cuGraphDestroy(graph) };
+            let destroyed = unsafe { sys::cuGraphDestroy(graph) };
+            self.device.record(destroyed, "cuGraphDestroy");
         }
         if code == sys::CUresult::CUDA_SUCCESS {
             deferred::capture_ended(id);

@@ -17,13 +17,14 @@
 mod probe;
 mod safe_common;
 
+use safe_common::{assert_no_drop_errors, settle};
 use std::sync::{Barrier, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cuda_graph::{
     AllocParams, AsStream, CaptureMode, Device, DeviceBuffer, Event, EventFlags, ExecGraph,
-    Function, Graph, InstantiateFlags, KernelArgs, LiveObjects, Module, Stream, StreamFlags,
-    capture, flush_deferred, live_objects,
+    Function, Graph, InstantiateFlags, KernelArgs, Module, Stream, StreamFlags, capture,
+    live_objects,
 };
 use safe_common::{BYTES, N, assert_all, assert_released, config, gpu};
 
@@ -362,35 +363,4 @@ fn auto_free_relaunch_from_another_thread_waits_for_the_consumer_of_the_previous
     );
     assert_released(device, "after the shared graphs");
     assert_no_drop_errors(device);
-}
-
-/// Waits until the crate's live objects are back to `start` and returns them: the driver calls
-/// the destructors of the CUDA user objects that hold what graphs refer to on its own thread,
-/// some time after the last launch, and the releases they queue run at the crate's next flush
-/// point. Synchronizes and flushes (`flush_deferred`) until the count matches and nothing is
-/// queued, for at most 10 s.
-fn settle(device: &Device, start: LiveObjects) -> LiveObjects {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        device.synchronize().expect("cuCtxSynchronize");
-        let queued = flush_deferred();
-        let live = live_objects();
-        if (live == start && queued == 0) || Instant::now() > deadline {
-            device.synchronize().expect("cuCtxSynchronize");
-            return live;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// No driver error was met in `Drop` on `device` (the crate docs' "Safety model": no error is
-/// dropped).
-#[track_caller]
-fn assert_no_drop_errors(device: &Device) {
-    let errors = device.drop_errors();
-    assert_eq!(
-        errors.count, 0,
-        "driver errors met in Drop: {} (the last: {:?})",
-        errors.count, errors.last
-    );
 }

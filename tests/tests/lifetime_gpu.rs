@@ -27,6 +27,8 @@ use cuda_graph::{
     AllocParams, AsStream, Device, DeviceBuffer, Error, Function, Graph, GraphAllocation,
     InstantiateFlags, KernelArgs, LaunchConfig, Module, Node, Stream,
 };
+mod safe_common;
+use safe_common::assert_no_drop_errors;
 
 /// Words per allocation (4 MiB).
 const N: usize = 1 << 20;
@@ -196,20 +198,6 @@ fn assert_overwrites(
             "{test}: the unchecked graph failed ({e}) instead of overwriting y at the shared address"
         ),
     }
-}
-
-/// No driver error was met in `Drop` on `device` (the crate docs' "Safety model": no error is
-/// dropped).
-#[track_caller]
-fn assert_no_drop_errors(device: &Device) {
-    device.synchronize().expect("cuCtxSynchronize");
-    cuda_graph::flush_deferred();
-    let errors = device.drop_errors();
-    assert_eq!(
-        errors.count, 0,
-        "driver errors met in Drop: {} (the last: {:?})",
-        errors.count, errors.last
-    );
 }
 
 /// The control: the same kernels, legally ordered, leave `y` intact.

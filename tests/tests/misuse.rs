@@ -22,6 +22,7 @@
 mod probe;
 mod safe_common;
 
+use safe_common::{assert_no_drop_errors, settle};
 use std::ptr::{null, null_mut};
 
 use cuda_graph::check::Rule;
@@ -218,18 +219,6 @@ fn assert_device_works(g: &Gpu, stream: &impl AsStream, case: &str) {
     stream.synchronize().expect("synchronize");
     assert_all(&out.to_vec().expect("copy back"), 23, case);
     println!("{case}: the device still works (an explicit and a captured graph ran and verified)");
-}
-
-/// No driver error was met in `Drop` on `device` (the crate docs' "Safety model": no error is
-/// dropped, and the suite asserts the record stays empty).
-#[track_caller]
-fn assert_no_drop_errors(device: &Device) {
-    let errors = device.drop_errors();
-    assert_eq!(
-        errors.count, 0,
-        "driver errors met in Drop: {} (the last: {:?})",
-        errors.count, errors.last
-    );
 }
 
 /// A raw graph, destroyed on drop: for the driver calls the safe API does not offer.
@@ -1722,23 +1711,4 @@ fn dropping_an_allocation_while_a_consumer_graph_runs_frees_it_after_the_consume
     assert_device_works(&g, &s1, "raii_free_and_consumer_graph");
     assert_released(device, "raii_free_and_consumer_graph");
     assert_no_drop_errors(device);
-}
-
-/// Waits until the crate's live objects are back to `start` and returns them: the driver calls
-/// the destructors of the CUDA user objects that hold what graphs refer to on its own thread,
-/// some time after the last launch, and the releases they queue run at the crate's next flush
-/// point. Synchronizes and flushes (`flush_deferred`) until the count matches and nothing is
-/// queued, for at most 10 s.
-fn settle(device: &Device, start: cuda_graph::LiveObjects) -> cuda_graph::LiveObjects {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        device.synchronize().expect("cuCtxSynchronize");
-        let queued = cuda_graph::flush_deferred();
-        let live = live_objects();
-        if (live == start && queued == 0) || std::time::Instant::now() > deadline {
-            device.synchronize().expect("cuCtxSynchronize");
-            return live;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
 }

@@ -12,15 +12,16 @@
 mod probe;
 mod safe_common;
 
-use std::time::{Duration, Instant};
-
 use cuda_graph::{
-    AllocParams, AsStream, BorrowedStream, CaptureMode, Device, DeviceBuffer, Error, Event,
-    EventFlags, Graph, GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig, LiveObjects,
-    Stream, StreamFlags, capture, flush_deferred, live_objects,
+    AllocParams, AsStream, BorrowedStream, CaptureMode, DeviceBuffer, Error, Event, EventFlags,
+    Graph, GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig, Stream, StreamFlags,
+    capture, live_objects,
 };
 use probe::{PATTERN, SPIN_50_MS, assert_intact, read_words};
-use safe_common::{BYTES, Gpu, N, assert_all, assert_iota, assert_released, config, gpu};
+use safe_common::{
+    BYTES, Gpu, N, assert_all, assert_iota, assert_no_drop_errors, assert_released, config, gpu,
+    settle,
+};
 
 /// The guide's G.3.4 loop: the producer (captured on the per-thread stream) allocates `data1`
 /// and `data2` and fills them; consumer 1 adds to `data1` and copies it out; consumer 2 copies
@@ -347,35 +348,4 @@ fn few_blocks() -> LaunchConfig {
         block: (256, 1, 1),
         shared_mem_bytes: 0,
     }
-}
-
-/// Waits until the crate's live objects are back to `start` and returns them: the driver calls
-/// the destructors of the CUDA user objects that hold what graphs refer to on its own thread,
-/// some time after the last launch, and the releases they queue run at the crate's next flush
-/// point. Synchronizes and flushes (`flush_deferred`) until the count matches and nothing is
-/// queued, for at most 10 s.
-fn settle(device: &Device, start: LiveObjects) -> LiveObjects {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        device.synchronize().expect("cuCtxSynchronize");
-        let queued = flush_deferred();
-        let live = live_objects();
-        if (live == start && queued == 0) || Instant::now() > deadline {
-            device.synchronize().expect("cuCtxSynchronize");
-            return live;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// No driver error was met in `Drop` on `device` (the crate docs' "Safety model": no error is
-/// dropped).
-#[track_caller]
-fn assert_no_drop_errors(device: &Device) {
-    let errors = device.drop_errors();
-    assert_eq!(
-        errors.count, 0,
-        "driver errors met in Drop: {} (the last: {:?})",
-        errors.count, errors.last
-    );
 }

@@ -31,6 +31,7 @@
 mod probe;
 mod safe_common;
 
+use safe_common::assert_no_drop_errors;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, mpsc};
@@ -606,14 +607,6 @@ fn device_buffers_dropped_during_another_threads_global_capture_are_freed() {
         still.len()
     );
     assert_no_drop_errors(device);
-}
-
-/// Asserts that no driver error was met in `Drop` on `device` (the per-device record of
-/// `Device::drop_errors`).
-#[track_caller]
-fn assert_no_drop_errors(device: &Device) {
-    let errors = device.drop_errors();
-    assert_eq!(errors.count, 0, "errors in Drop: last {:?}", errors.last);
 }
 
 /// A `Stream` dropped while a capture is still running does not flush its deferred frees into

@@ -24,6 +24,7 @@
 mod probe;
 mod safe_common;
 
+use safe_common::settle;
 use std::time::{Duration, Instant};
 
 use cuda_graph::{
@@ -302,25 +303,6 @@ pub fn resident_bytes() -> u64 {
         })
         .unwrap_or(4);
     pages * page_kib * 1024
-}
-
-/// Waits until the crate's live objects are back to `start` and returns them: the driver calls
-/// the destructors of the CUDA user objects that hold what graphs refer to on its own thread,
-/// some time after the last launch, and the releases they queue run at the crate's next flush
-/// point. Synchronizes and flushes (`flush_deferred`) until the count matches and nothing is
-/// queued, for at most 10 s.
-fn settle(device: &Device, start: LiveObjects) -> LiveObjects {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        device.synchronize().expect("cuCtxSynchronize");
-        let queued = flush_deferred();
-        let live = live_objects();
-        if (live == start && queued == 0) || Instant::now() > deadline {
-            device.synchronize().expect("cuCtxSynchronize");
-            return live;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Waits until the crate's live objects stop changing (the same count at five polls 10 ms

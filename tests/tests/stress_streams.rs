@@ -46,13 +46,13 @@
 mod probe;
 mod safe_common;
 
+use safe_common::settle;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use cuda_graph::{
     AllocParams, AsStream, Device, DeviceBuffer, Event, EventFlags, ExecGraph, Graph,
-    GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig, LiveObjects, Stream, StreamFlags,
-    flush_deferred, live_objects,
+    GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig, Stream, StreamFlags, live_objects,
 };
 use probe::{PATTERN, Watchdog, add_spin_node, spin};
 use safe_common::{Gpu, gpu, mem_info};
@@ -332,25 +332,6 @@ fn worker(g: &Gpu, streams: &[Stream; 4], t: usize, rounds: usize, start: &Barri
         s.synchronize().unwrap();
     }
     report
-}
-
-/// Waits until the crate's live objects are back to `start`: the driver runs the destructors
-/// of the CUDA user objects that hold what graphs refer to on its own thread, some time after
-/// the last launch that needs them, and the releases they queue run at the crate's next flush
-/// point. Synchronizes and flushes (`flush_deferred`) until the count matches and nothing is
-/// queued, for at most 10 s; returns the last count.
-fn settle(device: &Device, start: LiveObjects) -> LiveObjects {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        device.synchronize().expect("cuCtxSynchronize");
-        let queued = flush_deferred();
-        let live = live_objects();
-        if (live == start && queued == 0) || Instant::now() > deadline {
-            device.synchronize().expect("cuCtxSynchronize");
-            return live;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Escaping graph allocations through four streams and two threads, each round checked with the

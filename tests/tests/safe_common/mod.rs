@@ -214,3 +214,34 @@ pub fn assert_released(device: &Device, what: &str) -> GraphMemInfo {
     );
     info
 }
+
+/// Waits until the crate's live objects are back to `start` and returns them: the driver calls
+/// the destructors of the CUDA user objects that hold what graphs refer to on its own thread,
+/// some time after the last launch, and the releases they queue run at the crate's next flush
+/// point. Synchronizes and flushes (`flush_deferred`) until the count matches and nothing is
+/// queued, for at most 10 s.
+pub fn settle(device: &Device, start: cuda_graph::LiveObjects) -> cuda_graph::LiveObjects {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        device.synchronize().expect("cuCtxSynchronize");
+        let queued = cuda_graph::flush_deferred();
+        let live = cuda_graph::live_objects();
+        if (live == start && queued == 0) || std::time::Instant::now() > deadline {
+            device.synchronize().expect("cuCtxSynchronize");
+            return live;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Asserts that no driver error was met in `Drop` on `device` (the crate docs' "Safety model":
+/// no error is dropped).
+#[track_caller]
+pub fn assert_no_drop_errors(device: &Device) {
+    let errors = device.drop_errors();
+    assert_eq!(
+        errors.count, 0,
+        "driver errors met in Drop: {} (the last: {:?})",
+        errors.count, errors.last
+    );
+}
