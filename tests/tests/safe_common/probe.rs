@@ -150,12 +150,34 @@ impl Watchdog {
                     eprintln!(
                         "WATCHDOG {what}: still running after {limit:?}: a driver call hangs; aborting the process"
                     );
+                    print_stacks();
                     std::process::abort();
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
         Watchdog { done }
+    }
+}
+
+/// Prints every thread's stack through the debugger that `CUDA_GRAPH_WATCHDOG_DEBUGGER` names
+/// (`gdb` or `cuda-gdb`), attached to this process, so that a hang shows where each thread
+/// waits. Nothing when the variable is unset or the debugger cannot run.
+fn print_stacks() {
+    let Some(debugger) = std::env::var_os("CUDA_GRAPH_WATCHDOG_DEBUGGER") else {
+        return;
+    };
+    let pid = std::process::id().to_string();
+    match std::process::Command::new(&debugger)
+        .args(["-p", &pid, "-batch", "-ex", "thread apply all bt"])
+        .output()
+    {
+        Ok(out) => eprintln!(
+            "WATCHDOG stacks ({debugger:?}):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("WATCHDOG: {debugger:?} did not run: {e}"),
     }
 }
 
