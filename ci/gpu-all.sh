@@ -41,6 +41,15 @@ if command -v nvcc >/dev/null; then
   else
     cat "$logs/probe.txt"; status=1
   fi
+  # The driver's ordering of relaunches into shared streams (see the file's opening comment):
+  # printed, not judged (it measures the driver, not the crate).
+  echo "##### stream-change probe (bench/probe/stream_change_order.cu)"
+  if nvcc -O2 -o "$logs/stream_change_order" bench/probe/stream_change_order.cu -lcuda >"$logs/probe2.txt" 2>&1; then
+    "$logs/stream_change_order" shared 1500 | tail -n 1
+    "$logs/stream_change_order" home 1500 | tail -n 1
+  else
+    cat "$logs/probe2.txt"; status=1
+  fi
 fi
 
 bench=target/release/cuda-graph-bench

@@ -9,7 +9,9 @@
 //! graph allocates and runs.
 //!
 //! What the refused launch itself reserved before it failed stays reserved through every trim:
-//! the driver (580, on the H200) does that with raw driver calls too, which
+//! the driver (580, on the H200) does that with raw driver calls too, and nothing tried
+//! released it (the refused graph relaunched once it fit and its allocation freed, every graph
+//! destroyed, the context synchronized, the device's default pool trimmed), which
 //! [`the_driver_alone_keeps_part_of_a_refused_launch_reserved`] shows. When a driver releases it,
 //! that test fails, and the first test can then ask for reserved 0.
 
