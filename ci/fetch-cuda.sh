@@ -2,8 +2,11 @@
 # Assembles CUDA toolkit roots (include/ and lib/ side by side) from NVIDIA's PyPI wheels:
 #   .cuda/13.0  <- nvidia-cuda-runtime==13.0.*  + nvidia-cuda-crt==13.0.*
 #   .cuda/12.9  <- nvidia-cuda-runtime-cu12==12.9.* + the crt headers of nvidia-cuda-nvcc-cu12==12.9.*
-# Enough for bindgen, the ABI probe and static linking of the runtime; no nvcc, no driver.
-# Usage: ci/fetch-cuda.sh [13.0|12.9]...   (default: both). Cached: a root that exists is kept.
+#   .cuda/12.3  <- the same wheels of 12.3, the oldest headers the crates support; that wheel has
+#                  no static runtime (build with CUDA_GRAPH_CUDART=dynamic)
+# Enough for bindgen, the ABI probe and linking the runtime; no nvcc, no driver.
+# Usage: ci/fetch-cuda.sh [13.0|12.9|12.3]...   (default: 13.0 12.9). Cached: a root that exists
+# is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=.cuda
@@ -33,13 +36,17 @@ build_13() {
   mv "$root.tmp" "$root"
 }
 
-build_12() {
-  local root=$dest/12.9
-  [ -f "$root/include/cuda.h" ] && [ -f "$root/lib/libcudart_static.a" ] && return
-  fetch 'nvidia-cuda-runtime-cu12==12.9.*' 'nvidia-cuda-nvcc-cu12==12.9.*'
-  unpack "$dest/wheels/nvidia_cuda_runtime_cu12-12.9.*.whl" nvidia/cuda_runtime "$root.tmp"
-  unpack "$dest/wheels/nvidia_cuda_nvcc_cu12-12.9.*.whl" nvidia/cuda_nvcc/include "$root.tmp/include"
+build_12() { # build_12 <12.x>
+  local root=$dest/$1
+  [ -f "$root/include/cuda.h" ] && [ -d "$root/lib" ] && return
+  fetch "nvidia-cuda-runtime-cu12==$1.*" "nvidia-cuda-nvcc-cu12==$1.*"
+  unpack "$dest/wheels/nvidia_cuda_runtime_cu12-$1.*.whl" nvidia/cuda_runtime "$root.tmp"
+  unpack "$dest/wheels/nvidia_cuda_nvcc_cu12-$1.*.whl" nvidia/cuda_nvcc/include "$root.tmp/include"
   rm -rf "$root.tmp/include/nvvm" "$root.tmp/bin"
+  # Wheels without the static runtime carry only the versioned shared library.
+  if [ ! -e "$root.tmp/lib/libcudart_static.a" ] && [ -e "$root.tmp/lib/libcudart.so.12" ]; then
+    ln -sf libcudart.so.12 "$root.tmp/lib/libcudart.so"
+  fi
   mv "$root.tmp" "$root"
 }
 
@@ -48,8 +55,8 @@ versions=("$@")
 for v in "${versions[@]}"; do
   case "$v" in
     13.0) build_13 ;;
-    12.9) build_12 ;;
-    *) echo "fetch-cuda.sh: unknown version $v (13.0 or 12.9)" >&2; exit 2 ;;
+    12.9 | 12.3) build_12 "$v" ;;
+    *) echo "fetch-cuda.sh: unknown version $v (13.0, 12.9 or 12.3)" >&2; exit 2 ;;
   esac
   echo "CUDA $v: $(pwd)/$dest/$v"
 done

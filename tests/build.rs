@@ -17,6 +17,8 @@ fn main() {
     println!("cargo::rerun-if-changed=abi/probe.c");
     println!("cargo::rerun-if-changed=stub-driver/null_cuda.c");
     println!("cargo::rustc-check-cfg=cfg(cuda_graph_tests_no_abi_probe)");
+    println!("cargo::rustc-check-cfg=cfg(cuda_graph_tests_pool_usage)");
+    println!("cargo::rustc-check-cfg=cfg(cuda_graph_tests_runtime_library)");
     // cc prints these itself only with its cargo metadata, which is off below.
     let target = env::var("TARGET").unwrap_or_default();
     for var in ["CC", "CFLAGS", "CRATE_CC_NO_DEFAULTS"] {
@@ -44,6 +46,18 @@ fn main() {
         println!("cargo::rustc-cfg=cuda_graph_child_move");
     }
 
+    // The runtime-API seed tests load their kernels with `cudaLibraryLoadData`, which the
+    // oldest supported headers (12.3) lack: without it they are not built.
+    let runtime_library = if include.is_empty() {
+        version.parse::<u32>().is_ok_and(|v| v >= 12050)
+    } else {
+        std::fs::read_to_string(PathBuf::from(&include).join("cuda_runtime_api.h"))
+            .is_ok_and(|text| text.contains("cudaLibraryLoadData("))
+    };
+    if runtime_library {
+        println!("cargo::rustc-cfg=cuda_graph_tests_runtime_library");
+    }
+
     if include.is_empty() {
         println!("cargo::rustc-cfg=cuda_graph_tests_no_abi_probe");
         println!(
@@ -68,6 +82,12 @@ fn main() {
     }
 
     let mut build = cc::Build::new();
+    // `usage` in the pool properties came with CUDA 12.x headers after 12.3 (the oldest the
+    // crates support): both tables list it where the headers have it.
+    if pool_props_have_usage(&dirs) {
+        println!("cargo::rustc-cfg=cuda_graph_tests_pool_usage");
+        build.define("CUDA_GRAPH_POOL_USAGE", "1");
+    }
     build
         .file("abi/probe.c")
         .std("c11")
@@ -89,6 +109,34 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" + "),
     );
+}
+
+/// Whether the headers' `CUmemPoolProps` and `cudaMemPoolProps` have the member `usage`: the
+/// text of `cuda.h` and `driver_types.h` between each struct's opening and its closing brace.
+fn pool_props_have_usage(dirs: &[PathBuf]) -> bool {
+    let member_in = |file: &str, opening: &str| -> bool {
+        dirs.iter()
+            .filter_map(|d| std::fs::read_to_string(d.join(file)).ok())
+            .any(|text| {
+                text.find(opening).is_some_and(|start| {
+                    let body = &text[start..];
+                    let end = body.find("}").unwrap_or(body.len());
+                    body[..end]
+                        .lines()
+                        .any(|l| l.split_whitespace().any(|w| w == "usage;"))
+                })
+            })
+    };
+    let driver = member_in("cuda.h", "typedef struct CUmemPoolProps_st {");
+    let runtime = member_in(
+        "driver_types.h",
+        "struct __device_builtin__ cudaMemPoolProps {",
+    );
+    println!(
+        "cargo::rerun-if-changed={}",
+        dirs[0].join("cuda.h").display()
+    );
+    driver && runtime
 }
 
 /// Compiles `stub-driver/null_cuda.c` into a shared library for `tests/record_stub.rs`, and tells

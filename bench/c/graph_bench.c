@@ -22,6 +22,15 @@
 #include <string.h>
 #include <time.h>
 
+/* The kernels are loaded with cudaLibraryLoadData, which came with the CUDA 12.5 headers; built
+ * with older ones (the crates support 12.3), gb_open refuses with cudaErrorNotSupported. */
+#if CUDART_VERSION >= 12050
+#define GB_HAVE_LIBRARY 1
+#else
+#define GB_HAVE_LIBRARY 0
+typedef void *cudaLibrary_t;
+#endif
+
 /* ---------------------------------------------------------------- shared with src/c_path.rs */
 
 /* Why a function failed. `call`, `name` and `text` are static strings. */
@@ -182,9 +191,16 @@ int gb_open(const char *ptx, int device, gb_ctx **out_ctx, gb_error *err)
     }
     ctx->device = device;
     CK(cudaSetDevice, (device));
+#if GB_HAVE_LIBRARY
     CK(cudaLibraryLoadData, (&ctx->library, ptx, NULL, NULL, 0, NULL, NULL, 0));
     CK(cudaLibraryGetKernel, (&ctx->fill, ctx->library, "fill_u32"));
     CK(cudaLibraryGetKernel, (&ctx->spin_fill, ctx->library, "spin_then_fill_u32"));
+#else
+    (void)ptx;
+    fail(err, "cudaLibraryLoadData (needs CUDA 12.5 headers or newer)", cudaErrorNotSupported,
+         __LINE__);
+    goto out;
+#endif
     CK(cudaStreamCreateWithFlags, (&ctx->stream, cudaStreamNonBlocking));
     *out_ctx = ctx;
     return 0;
@@ -192,9 +208,11 @@ out:
     if (ctx->stream != NULL) {
         (void)cudaStreamDestroy(ctx->stream);
     }
+#if GB_HAVE_LIBRARY
     if (ctx->library != NULL) {
         (void)cudaLibraryUnload(ctx->library);
     }
+#endif
     free(ctx);
     return -1;
 }
@@ -211,7 +229,9 @@ int gb_close(gb_ctx *ctx, gb_error *err)
     CK(cudaStreamSynchronize, (ctx->stream));
     CK(cudaStreamDestroy, (ctx->stream));
     ctx->stream = NULL;
+#if GB_HAVE_LIBRARY
     CK(cudaLibraryUnload, (ctx->library));
+#endif
     ctx->library = NULL;
     rc = 0;
 out:
@@ -225,9 +245,11 @@ out:
     if (ctx->stream != NULL) {
         (void)cudaStreamDestroy(ctx->stream);
     }
+#if GB_HAVE_LIBRARY
     if (ctx->library != NULL) {
         (void)cudaLibraryUnload(ctx->library);
     }
+#endif
     free(ctx);
     return rc;
 }

@@ -11,8 +11,9 @@
  *   "sizeof(T)", "alignof(T)", "offsetof(T, field)", and a constant's C name.
  * Pointer constants (CU_STREAM_PER_THREAD, ...) are reported as integers.
  *
- * Every name below exists in both the CUDA 12.9 and the CUDA 13.0 headers with the same
- * definition, so nothing here depends on CUDA_VERSION.
+ * Every name below exists in the CUDA 12.3, 12.9 and 13.0 headers with the same definition,
+ * except the pools' `usage`, which 12.3 lacks: tests/build.rs defines CUDA_GRAPH_POOL_USAGE
+ * where the headers have it.
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -58,7 +59,9 @@ static const struct cuda_graph_abi_entry entries[] = {
     OFF(CUmemPoolProps, location),
     OFF(CUmemPoolProps, win32SecurityAttributes),
     OFF(CUmemPoolProps, maxSize),
+#if CUDA_GRAPH_POOL_USAGE
     OFF(CUmemPoolProps, usage),
+#endif
     OFF(CUmemPoolProps, reserved),
 
     /* CUDA_MEM_ALLOC_NODE_PARAMS (an alias of _v1) and _v2 */
@@ -235,7 +238,9 @@ static const struct cuda_graph_abi_entry entries[] = {
     OFF_S(cudaMemPoolProps, location),
     OFF_S(cudaMemPoolProps, win32SecurityAttributes),
     OFF_S(cudaMemPoolProps, maxSize),
+#if CUDA_GRAPH_POOL_USAGE
     OFF_S(cudaMemPoolProps, usage),
+#endif
     OFF_S(cudaMemPoolProps, reserved),
 
     LAYOUT_S(cudaMemAllocNodeParams),

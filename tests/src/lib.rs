@@ -364,6 +364,7 @@ pub fn grid_for(n: usize) -> u32 {
 /// (`cudaLibraryLoadData` + `cudaLibraryGetKernel`). A `cudaKernel_t` is passed as the `func` of
 /// `cudaLaunchKernel` and `cudaKernelNodeParams`. Dropping it unloads the library: destroy the
 /// graphs that launch these kernels and synchronize first.
+#[cfg(cuda_graph_tests_runtime_library)]
 #[derive(Debug)]
 pub struct RuntimeKernels {
     /// The library handle.
@@ -384,6 +385,7 @@ pub struct RuntimeKernels {
     pub spin_then_fill_u32: cudaKernel_t,
 }
 
+#[cfg(cuda_graph_tests_runtime_library)]
 impl RuntimeKernels {
     /// Loads the PTX (JIT-compiled for the current device) and looks up the seven kernels.
     ///
@@ -424,6 +426,7 @@ impl RuntimeKernels {
     }
 }
 
+#[cfg(cuda_graph_tests_runtime_library)]
 impl Drop for RuntimeKernels {
     fn drop(&mut self) {
         // SAFETY: the library was loaded by `load` and is unloaded once.

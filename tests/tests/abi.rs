@@ -209,9 +209,13 @@ mod probe {
                 location,
                 win32SecurityAttributes,
                 maxSize,
-                usage,
                 reserved,
             }
+        );
+        #[cfg(cuda_graph_tests_pool_usage)]
+        b.add(
+            "offsetof(CUmemPoolProps, usage)",
+            offset_of!(CUmemPoolProps, usage) as u64,
         );
         size_only!(b, CUmemPoolProps_v1);
         layout!(
@@ -415,9 +419,13 @@ mod probe {
                 location,
                 win32SecurityAttributes,
                 maxSize,
-                usage,
                 reserved,
             }
+        );
+        #[cfg(cuda_graph_tests_pool_usage)]
+        b.add(
+            "offsetof(cudaMemPoolProps, usage)",
+            offset_of!(cudaMemPoolProps, usage) as u64,
         );
         layout!(
             b,

@@ -1,5 +1,5 @@
-//! Every code fragment of the CUDA Programming Guide's "Graph Memory Nodes" (G.3–G.7,
-//! `shared/seeds/000_fa0176e0d1c452bf.txt`) in the runtime API, as the guide writes it, in raw FFI,
+//! Every code fragment of the CUDA Programming Guide's "Graph Memory Nodes" (G.3–G.7) in the
+//! runtime API, as the guide writes it, in raw FFI,
 //! with the test kernels of `cuda-graph/kernels/graph_kernels.cu` doing the work and their output copied back
 //! and checked.
 //!
@@ -8,6 +8,11 @@
 //! [`serial`] so that, under `cargo test` (one process, many threads), a global-mode capture or a
 //! footprint measurement never overlaps another test. The footprint checks (G.4.1's chain, G.4.2,
 //! G.6) measure process-wide graph memory and live in one test, `footprint_g4_g6`.
+
+//!
+//! Built only where the headers have `cudaLibraryLoadData` (CUDA 12.5 and newer; see
+//! `tests/build.rs`): with older ones this file holds no test.
+#![cfg(cuda_graph_tests_runtime_library)]
 
 use std::ffi::c_void;
 use std::ptr::{null, null_mut};
