@@ -7,7 +7,9 @@
 # Extra arguments go to nextest (e.g. -E 'binary(seed_runtime)'); filtersets given with -E are
 # combined with the exclusions below.
 #
-# Under CUDA_GRAPH_REQUIRE_GPU=1 a test that cannot run on this machine fails rather than pass by
+# The GPU tests are marked `#[ignore = "needs a GPU"]` (so that `cargo test` without a GPU counts
+# them as ignored); this script runs them with the rest (--run-ignored all). Under
+# CUDA_GRAPH_REQUIRE_GPU=1 a test that cannot run on this machine fails rather than pass by
 # skipping. What the machine cannot run is excluded by name instead, and reported as not run:
 #   - the tests listed in ci/needs-two-gpus.txt, where nvidia-smi lists fewer than two GPUs;
 #   - cuda-graph-tests::compile_fail, where there is no cargo (trybuild compiles with it).
@@ -78,7 +80,7 @@ for archive in "${archives[@]}"; do
   say "=== CUDA $v headers"
 
   # Every exclusion must name a test of the archive, or the list has gone stale.
-  "$nextest" nextest list --archive-file "$archive" --workspace-remap . --message-format oneline \
+  "$nextest" nextest list --archive-file "$archive" --workspace-remap . --run-ignored all --message-format oneline \
     >"$logs/list-$v.txt" 2>"$logs/list-$v.err" || { cat "$logs/list-$v.err"; status=1; }
   while read -r binary test _; do
     if ! grep -qxF "$binary $test" "$logs/list-$v.txt"; then
@@ -88,12 +90,12 @@ for archive in "${archives[@]}"; do
   done < <(grep -vE '^[[:space:]]*(#|$)' ci/needs-two-gpus.txt)
 
   echo "=== CUDA $v headers: tests"
-  "$nextest" nextest run --archive-file "$archive" --workspace-remap . \
+  "$nextest" nextest run --archive-file "$archive" --workspace-remap . --run-ignored all \
     --no-fail-fast --success-output final -E "($filter) & not ($alone)" "${rest[@]}" 2>&1 | tee "$logs/tests-$v.log" || status=1
   # Tests that take nearly the whole device run after the others, one at a time: beside other
   # test processes they would make those fail for want of memory, and measure their memory.
   echo "=== CUDA $v headers: tests that need the whole device, alone"
-  "$nextest" nextest run --archive-file "$archive" --workspace-remap . --test-threads 1 \
+  "$nextest" nextest run --archive-file "$archive" --workspace-remap . --run-ignored all --test-threads 1 \
     --no-tests warn --no-fail-fast --success-output final -E "($filter) & ($alone)" "${rest[@]}" 2>&1 | tee -a "$logs/tests-$v.log" || status=1
   while read -r line; do say "$line"; done < <(grep -E '^ *Summary \[' "$logs/tests-$v.log" | sed -E 's/^ +//')
   # Failed tests: every status line other than a pass (nextest repeats them in its final list).
@@ -113,7 +115,7 @@ for archive in "${archives[@]}"; do
   for tool in ${SANITIZE:-}; do
     echo "=== CUDA $v headers: compute-sanitizer --tool $tool"
     env "$runner_var=$PWD/ci/sanitize-runner.sh" SANITIZER_TOOL="$tool" \
-      "$nextest" nextest run --archive-file "$archive" --workspace-remap . \
+      "$nextest" nextest run --archive-file "$archive" --workspace-remap . --run-ignored all \
       --no-fail-fast --test-threads 4 --success-output immediate -E "($filter) & not ($alone)" "${rest[@]}" >"$logs/$tool-$v.log" 2>&1 || status=1
     # racecheck ends each process with "RACECHECK SUMMARY: N hazards displayed", the other
     # tools with "ERROR SUMMARY: N errors".

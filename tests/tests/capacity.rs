@@ -26,6 +26,7 @@ use safe_common::{BYTES, mem_info};
 /// afterwards, with everything dropped and trimmed, graph memory is 0 used, the first launch's
 /// reserve is released, and a small graph still instantiates and runs.
 #[test]
+#[ignore = "needs a GPU"]
 fn out_of_memory_launch_leaves_no_graph_memory_behind() {
     let Some(gpu) = safe_common::gpu("out_of_memory_launch_leaves_no_graph_memory_behind") else {
         return;
@@ -132,6 +133,7 @@ unsafe fn raw_alloc_graph(bytes: usize) -> (sys::CUgraph, sys::CUgraphExec, sys:
 /// trimmed, nothing is used but part of the device's memory stays reserved (the driver's
 /// behaviour the module docs describe).
 #[test]
+#[ignore = "needs a GPU"]
 fn the_driver_alone_keeps_part_of_a_refused_launch_reserved() {
     let Some(gpu) = safe_common::gpu("the_driver_alone_keeps_part_of_a_refused_launch_reserved")
     else {

@@ -158,6 +158,7 @@ fn worker(device: &Device, fill: &Function, copy: &Function, id: usize, start: &
 /// objects are back to their count at the start, graph memory is released and no driver error
 /// was met in `Drop`.
 #[test]
+#[ignore = "needs a GPU"]
 fn threads_with_their_own_streams_build_and_launch_graphs_at_once() {
     let Some(g) = gpu("threads_with_their_own_streams_build_and_launch_graphs_at_once") else {
         return;
@@ -324,6 +325,7 @@ fn relaunch_from_two_threads(
 /// consumer add the next launch's value instead. Control: the same with each launch ordered
 /// after the previous consumer by the test (an event).
 #[test]
+#[ignore = "needs a GPU"]
 fn auto_free_relaunch_from_another_thread_waits_for_the_consumer_of_the_previous_launch() {
     let Some(g) =
         gpu("auto_free_relaunch_from_another_thread_waits_for_the_consumer_of_the_previous_launch")

@@ -331,6 +331,7 @@ fn escaping_graph(
 /// AutoFreeOnLaunch, is refused before the driver is called, naming the allocation; freeing it
 /// makes the relaunch legal.
 #[test]
+#[ignore = "needs a GPU"]
 fn relaunch_with_unfreed_allocations_without_auto_free_is_refused() {
     let Some(g) = gpu("relaunch_with_unfreed_allocations_without_auto_free_is_refused") else {
         return;
@@ -368,6 +369,7 @@ fn relaunch_with_unfreed_allocations_without_auto_free_is_refused() {
 /// Allocations of 0 bytes are refused before the driver is called, explicit and captured and
 /// stream-ordered; the raw driver call is recorded too.
 #[test]
+#[ignore = "needs a GPU"]
 fn zero_byte_allocations_are_refused() {
     let Some(g) = gpu("zero_byte_allocations_are_refused") else {
         return;
@@ -428,6 +430,7 @@ fn zero_byte_allocations_are_refused() {
 /// before the driver on all three routes (explicit node, captured `malloc_async`, stream
 /// allocation), and the device keeps working with nothing reserved.
 #[test]
+#[ignore = "needs a GPU"]
 fn allocation_larger_than_the_device_fails_and_the_process_goes_on() {
     let Some(g) = gpu("allocation_larger_than_the_device_fails_and_the_process_goes_on") else {
         return;
@@ -469,6 +472,7 @@ fn allocation_larger_than_the_device_fails_and_the_process_goes_on() {
 /// the raw call is refused by CUDA. A graph allocation that no launch has made live yet may be
 /// named by a free node in another graph, but launching that graph is refused by our layer.
 #[test]
+#[ignore = "needs a GPU"]
 fn free_node_for_an_address_no_graph_allocated() {
     let Some(g) = gpu("free_node_for_an_address_no_graph_allocated") else {
         return;
@@ -520,6 +524,7 @@ fn free_node_for_an_address_no_graph_allocated() {
 /// `cuMemFreeAsync` of one address fails with CUDA_ERROR_INVALID_VALUE and the capture goes on:
 /// its graph (one free node) runs (observed on the H200).
 #[test]
+#[ignore = "needs a GPU"]
 fn two_free_nodes_for_one_allocation() {
     let Some(g) = gpu("two_free_nodes_for_one_allocation") else {
         return;
@@ -598,6 +603,7 @@ fn freed_graph(g: &Gpu, out: &DeviceBuffer<u32>, value: u32) -> Graph {
 /// other graph may add a free node; when another graph frees it, the owner may not. When two
 /// graphs other than the owner free it, our check refuses to instantiate either.
 #[test]
+#[ignore = "needs a GPU"]
 fn freeing_in_two_graphs() {
     let Some(g) = gpu("freeing_in_two_graphs") else {
         return;
@@ -709,6 +715,7 @@ fn freeing_in_two_graphs() {
 /// `graph_is_not_clone`); the raw `cuGraphClone` is refused by CUDA, while a graph without
 /// memory nodes clones.
 #[test]
+#[ignore = "needs a GPU"]
 fn cloning_a_graph_with_memory_nodes() {
     let Some(g) = gpu("cloning_a_graph_with_memory_nodes") else {
         return;
@@ -762,6 +769,7 @@ fn cloning_a_graph_with_memory_nodes() {
 /// before the driver (all three instantiate calls), and by CUDA when called raw. Dropping the
 /// first makes it legal again.
 #[test]
+#[ignore = "needs a GPU"]
 fn second_instantiation_while_one_exists() {
     let Some(g) = gpu("second_instantiation_while_one_exists") else {
         return;
@@ -819,6 +827,7 @@ fn second_instantiation_while_one_exists() {
 /// Deleting a node or an edge of a graph with memory nodes: the safe API has no deletion at
 /// all; the raw calls are refused by CUDA (on a graph without memory nodes they succeed).
 #[test]
+#[ignore = "needs a GPU"]
 fn deleting_nodes_or_edges_of_a_graph_with_memory_nodes() {
     let Some(g) = gpu("deleting_nodes_or_edges_of_a_graph_with_memory_nodes") else {
         return;
@@ -892,6 +901,7 @@ fn deleting_nodes_or_edges_of_a_graph_with_memory_nodes() {
 /// A child graph with memory nodes added by copy: refused by our layer before the driver, and
 /// by CUDA when called raw; a child without memory nodes is copied and runs.
 #[test]
+#[ignore = "needs a GPU"]
 fn child_graph_with_memory_nodes_added_by_copy() {
     let Some(g) = gpu("child_graph_with_memory_nodes_added_by_copy") else {
         return;
@@ -953,6 +963,7 @@ fn child_graph_with_memory_nodes_added_by_copy() {
 /// stream is not capturing afterwards and works. With `?` the synchronize error itself comes
 /// back from `capture`.
 #[test]
+#[ignore = "needs a GPU"]
 fn synchronizing_a_capturing_stream_invalidates_the_capture() {
     let Some(g) = gpu("synchronizing_a_capturing_stream_invalidates_the_capture") else {
         return;
@@ -1008,6 +1019,7 @@ fn synchronizing_a_capturing_stream_invalidates_the_capture() {
 /// (compile-fail `capture_used_after_end`); raw, CUDA refuses; and a guard whose capture was
 /// ended behind its back reports the driver's error from `end`.
 #[test]
+#[ignore = "needs a GPU"]
 fn ending_a_capture_on_a_stream_that_is_not_capturing() {
     let Some(g) = gpu("ending_a_capture_on_a_stream_that_is_not_capturing") else {
         return;
@@ -1054,6 +1066,7 @@ fn ending_a_capture_on_a_stream_that_is_not_capturing() {
 /// asserted. (When the driver itself answered the second begin, `CUDA_ERROR_ILLEGAL_STATE`, the
 /// first capture's graph sometimes wrote nothing.)
 #[test]
+#[ignore = "needs a GPU"]
 fn beginning_a_capture_twice_is_refused_and_the_first_capture_still_writes_its_output() {
     const RUNS: u32 = 20;
     let Some(g) =
@@ -1115,6 +1128,7 @@ fn beginning_a_capture_twice_is_refused_and_the_first_capture_still_writes_its_o
 /// invalidated (ending it says so); the stream works afterwards. In thread-local mode the same
 /// call succeeds and the capture is unharmed.
 #[test]
+#[ignore = "needs a GPU"]
 fn capture_unsafe_call_from_another_thread_in_global_mode() {
     let Some(g) = gpu("capture_unsafe_call_from_another_thread_in_global_mode") else {
         return;
@@ -1188,6 +1202,7 @@ fn capture_unsafe_call_from_another_thread_in_global_mode() {
 /// free is not captured into the graph; it is queued when the capture ends, and the memory goes
 /// back to the pool. Allocating one on a capturing stream is refused.
 #[test]
+#[ignore = "needs a GPU"]
 fn dropping_a_stream_allocation_while_its_stream_is_capturing() {
     let Some(g) = gpu("dropping_a_stream_allocation_while_its_stream_is_capturing") else {
         return;
@@ -1276,6 +1291,7 @@ fn dropping_a_stream_allocation_while_its_stream_is_capturing() {
 /// A panic inside the capture closure: the capture is ended, its graph discarded, the panic
 /// continues to the caller, nothing leaks, and the stream works. An error with `?` likewise.
 #[test]
+#[ignore = "needs a GPU"]
 fn panic_inside_a_capture_closure() {
     let Some(g) = gpu("panic_inside_a_capture_closure") else {
         return;
@@ -1343,6 +1359,7 @@ fn panic_inside_a_capture_closure() {
 
 /// An invalid device ordinal: refused by our layer; raw, `cuDeviceGet` says invalid device.
 #[test]
+#[ignore = "needs a GPU"]
 fn invalid_device_ordinal() {
     let Some(g) = gpu("invalid_device_ordinal") else {
         return;
@@ -1382,6 +1399,7 @@ fn invalid_device_ordinal() {
 /// `CUDA_GRAPH_REQUIRE_GPU=1`, where it fails (the GPU runner excludes it by name on a one-GPU
 /// machine: it is listed in `ci/needs-two-gpus.txt`).
 #[test]
+#[ignore = "needs a GPU"]
 fn graph_of_one_device_launched_on_a_stream_of_another() {
     const NAME: &str = "graph_of_one_device_launched_on_a_stream_of_another";
     // Before the GPU probe, so that a run without a GPU already catches an unlisted name.
@@ -1491,6 +1509,7 @@ fn graph_of_one_device_launched_on_a_stream_of_another() {
 /// G.3.1's node `e`, which uses the allocation without being ordered after its alloc node, is
 /// refused at instantiation with an error that names it.
 #[test]
+#[ignore = "needs a GPU"]
 fn lifetime_violation_is_refused_before_instantiation() {
     let Some(g) = gpu("lifetime_violation_is_refused_before_instantiation") else {
         return;
@@ -1535,6 +1554,7 @@ fn lifetime_violation_is_refused_before_instantiation() {
 /// capturing stream; a consumer graph launched before its producer; dependencies on nodes of
 /// another graph or listed twice: each refused by our layer before the driver.
 #[test]
+#[ignore = "needs a GPU"]
 fn misuses_our_layer_refuses_before_the_driver() {
     let Some(g) = gpu("misuses_our_layer_refuses_before_the_driver") else {
         return;
@@ -1631,6 +1651,7 @@ fn filled_allocation(g: &Gpu, value: u32, label: &str) -> (Graph, GraphAllocatio
 /// must hold `VALUE` in every word. Control: the same with a clone of the handle kept until the
 /// consumer is done.
 #[test]
+#[ignore = "needs a GPU"]
 fn dropping_an_allocation_while_a_consumer_graph_runs_frees_it_after_the_consumer() {
     const VALUE: u32 = 0x7700_0077;
     let Some(g) =

@@ -29,6 +29,7 @@ use safe_common::{
 /// iteration's allocations (AutoFreeOnLaunch), so consumer 1 always sees a fresh fill. After the
 /// loop, `free_async` frees both.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_4_producer_with_auto_free_on_launch_and_two_consumers() {
     let Some(g) = gpu("g3_4_producer_with_auto_free_on_launch_and_two_consumers") else {
         return;
@@ -145,6 +146,7 @@ fn g3_4_producer_with_auto_free_on_launch_and_two_consumers() {
 /// is `Error::UnfreedOnRelaunch` naming it, before CUDA is asked; after `free_async` the relaunch
 /// works.
 #[test]
+#[ignore = "needs a GPU"]
 fn relaunch_with_unfreed_allocations_is_refused_without_auto_free() {
     let Some(g) = gpu("relaunch_with_unfreed_allocations_is_refused_without_auto_free") else {
         return;
@@ -228,6 +230,7 @@ fn escaping_iota(g: &Gpu, label: &str, base: u32) -> (Graph, GraphAllocation) {
 /// pattern), and the probe must still hold the pattern in every word (not the slow kernel's
 /// 88). Control: the same with a clone of the handle kept until stream B is done.
 #[test]
+#[ignore = "needs a GPU"]
 fn raii_free_waits_for_stream_work_still_using_the_allocation() {
     let Some(g) = gpu("raii_free_waits_for_stream_work_still_using_the_allocation") else {
         return;

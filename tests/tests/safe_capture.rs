@@ -18,6 +18,7 @@ use safe_common::{BYTES, N, assert_all, assert_iota, config, gpu, iota_sum};
 /// after B and C, and three kernels; it passes the lifetime check, and B's copy and C's sum are
 /// right on each of two launches.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_2_capture_with_fork_and_join() {
     let Some(g) = gpu("g3_2_capture_with_fork_and_join") else {
         return;
@@ -118,6 +119,7 @@ fn g3_2_capture_with_fork_and_join() {
 /// The capture guard: an error returned from the closure, a panic inside it, and a guard
 /// dropped without `end` each end the capture; the stream is then not capturing and runs work.
 #[test]
+#[ignore = "needs a GPU"]
 fn capture_always_ends_and_leaves_the_stream_usable() {
     let Some(g) = gpu("capture_always_ends_and_leaves_the_stream_usable") else {
         return;
@@ -182,6 +184,7 @@ fn capture_always_ends_and_leaves_the_stream_usable() {
 
 /// The three capture modes each produce a graph that runs: alloc, fill, copy out, free.
 #[test]
+#[ignore = "needs a GPU"]
 fn capture_modes_global_thread_local_relaxed() {
     let Some(g) = gpu("capture_modes_global_thread_local_relaxed") else {
         return;
@@ -224,6 +227,7 @@ fn capture_modes_global_thread_local_relaxed() {
 
 /// Capturing on the per-thread default stream (`cudaStreamPerThread`), as G.3.4 does.
 #[test]
+#[ignore = "needs a GPU"]
 fn capture_on_the_per_thread_stream() {
     let Some(g) = gpu("capture_on_the_per_thread_stream") else {
         return;

@@ -23,6 +23,7 @@ use safe_common::{BYTES, N, assert_all, assert_iota, config, gpu, iota_sum};
 /// results are the same. Then node `e`, which uses the allocation without depending on the alloc
 /// node, makes instantiation fail with `Error::Lifetime` naming it.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_1_explicit_graph_and_node_e_refused() {
     let Some(g) = gpu("g3_1_explicit_graph_and_node_e_refused") else {
         return;
@@ -158,6 +159,7 @@ fn g3_1_explicit_graph_and_node_e_refused() {
 /// A graph with memory nodes has at most one executable graph at a time: a second
 /// instantiation is refused (before the driver is called) until the first is dropped.
 #[test]
+#[ignore = "needs a GPU"]
 fn one_instantiation_at_a_time_with_memory_nodes() {
     let Some(g) = gpu("one_instantiation_at_a_time_with_memory_nodes") else {
         return;
@@ -204,6 +206,7 @@ fn one_instantiation_at_a_time_with_memory_nodes() {
 /// add → memcpy to a device buffer → free; a second allocation filled by a memcpy from a device
 /// buffer and copied out by a kernel; a host node that counts launches.
 #[test]
+#[ignore = "needs a GPU"]
 fn memset_memcpy_empty_and_host_nodes() {
     let Some(g) = gpu("memset_memcpy_empty_and_host_nodes") else {
         return;
@@ -298,6 +301,7 @@ fn memset_memcpy_empty_and_host_nodes() {
 /// the parent then allocates, uses and frees its memory. A child without memory nodes is added
 /// by copy.
 #[test]
+#[ignore = "needs a GPU"]
 fn child_graph_with_memory_nodes_moved_not_copied() {
     let Some(g) = gpu("child_graph_with_memory_nodes_moved_not_copied") else {
         return;

@@ -91,6 +91,7 @@ fn assert_sums(sums: &[DeviceBuffer<u64>], values: impl Fn(usize) -> u32) {
 /// the previous free node, reuses one address range and one 64 MiB of physical memory: after
 /// the launch the used high-water mark is exactly 64 MiB.
 #[test]
+#[ignore = "needs a GPU"]
 fn g4_1_chain_of_16_allocations_uses_64_mib() {
     const TEST: &str = "G.4.1 chain of 16 x 64 MiB";
     let Some(g) = gpu("g4_1_chain_of_16_allocations_uses_64_mib") else {
@@ -131,6 +132,7 @@ fn g4_1_chain_of_16_allocations_uses_64_mib() {
 /// G.4.2: eight graphs, each alloc 64 MiB → fill → sum → free, launched one after the other in
 /// one stream, share one 64 MiB of physical memory: the used high-water mark is 64 MiB.
 #[test]
+#[ignore = "needs a GPU"]
 fn g4_2_eight_graphs_in_one_stream_use_64_mib() {
     const TEST: &str = "G.4.2 eight 64 MiB graphs in one stream";
     let Some(g) = gpu("g4_2_eight_graphs_in_one_stream_use_64_mib") else {
@@ -168,6 +170,7 @@ fn g4_2_eight_graphs_in_one_stream_use_64_mib() {
 /// G.5.1: `upload` maps the graph's memory into the stream ahead of the launch; the launch on the
 /// same stream then runs with it. Also `instantiate_and_upload`.
 #[test]
+#[ignore = "needs a GPU"]
 fn g5_1_upload_then_launch() {
     const TEST: &str = "G.5.1 upload then launch";
     let Some(g) = gpu("g5_1_upload_then_launch") else {
@@ -221,6 +224,7 @@ fn g5_1_upload_then_launch() {
 /// free itself: the driver keeps freed graph memory mapped until a trim, as it does after a graph
 /// that frees its own allocations is destroyed; see `g6_trim_after_drop_returns_everything`.)
 #[test]
+#[ignore = "needs a GPU"]
 fn raii_frees_an_escaped_allocation_nobody_frees() {
     const TEST: &str = "RAII escaped allocation";
     let Some(g) = gpu("raii_frees_an_escaped_allocation_nobody_frees") else {
@@ -293,6 +297,7 @@ fn raii_frees_an_escaped_allocation_nobody_frees() {
 /// 64 MiB graph ran and everything was dropped, memory is still reserved; after the trim, used and
 /// reserved are both 0.
 #[test]
+#[ignore = "needs a GPU"]
 fn g6_trim_after_drop_returns_everything() {
     const TEST: &str = "G.6 trim";
     let Some(g) = gpu("g6_trim_after_drop_returns_everything") else {

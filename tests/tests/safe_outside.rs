@@ -27,6 +27,7 @@ fn alloc_graph(device: &cuda_graph::Device, label: &str) -> (Graph, cuda_graph::
 /// Ordering with a single stream: launch the allocating graph, then a kernel and a copy-out on
 /// the same stream, then `free_async` on it.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_3_single_stream_free_async() {
     let Some(g) = gpu("g3_3_single_stream_free_async") else {
         return;
@@ -85,6 +86,7 @@ fn g3_3_single_stream_free_async() {
 /// stream 2 waits for, a kernel on stream 2, an event that stream 3 waits for, and a separate
 /// graph on stream 3 whose kernel uses the allocation before its free node frees it.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_3_events_between_streams_and_a_free_graph() {
     let Some(g) = gpu("g3_3_events_between_streams_and_a_free_graph") else {
         return;
@@ -154,6 +156,7 @@ fn g3_3_events_between_streams_and_a_free_graph() {
 /// its alloc node; the wait-and-free graph waits for `alloc_event` and `use_done`, runs its
 /// kernel, copies out, and frees after both its own users and the stream-2 user.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_3_event_record_and_wait_nodes() {
     let Some(g) = gpu("g3_3_event_record_and_wait_nodes") else {
         return;
@@ -234,6 +237,7 @@ fn g3_3_event_record_and_wait_nodes() {
 /// A free graph made by stream capture: `Capture::free_async` of an allocation that another graph
 /// made becomes a free node, and the launch frees it.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_3_captured_free_of_an_outside_allocation() {
     let Some(g) = gpu("g3_3_captured_free_of_an_outside_allocation") else {
         return;
@@ -277,6 +281,7 @@ fn g3_3_captured_free_of_an_outside_allocation() {
 /// A graph that frees (or uses) an allocation of another graph is refused before the allocating
 /// graph has launched, and after the allocation has been freed.
 #[test]
+#[ignore = "needs a GPU"]
 fn launch_of_a_free_graph_needs_a_live_allocation() {
     let Some(g) = gpu("launch_of_a_free_graph_needs_a_live_allocation") else {
         return;

@@ -206,6 +206,7 @@ impl Drop for Fixture {
 /// next launch writes it again at the same address. The first executable graph is destroyed before
 /// the second instantiation; the node reports the same address throughout.
 #[test]
+#[ignore = "needs a GPU"]
 fn alloc_address_fixed_across_launches_and_instantiations() {
     const TEST: &str = "alloc_address_fixed_across_launches_and_instantiations";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -262,6 +263,7 @@ fn alloc_address_fixed_across_launches_and_instantiations() {
 /// launch; relaunching the (regularly instantiated) graph before it is freed fails with
 /// `CUDA_ERROR_INVALID_VALUE`; `cuMemFreeAsync` frees it, after which the graph launches again.
 #[test]
+#[ignore = "needs a GPU"]
 fn unfreed_allocation_outlives_launch_and_is_freed_by_cu_mem_free_async() {
     const TEST: &str = "unfreed_allocation_outlives_launch_and_is_freed_by_cu_mem_free_async";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -302,6 +304,7 @@ fn unfreed_allocation_outlives_launch_and_is_freed_by_cu_mem_free_async() {
 /// graph with only an (unfreed) alloc node, fails with [`CLONE_ERROR`]; a graph of the same kernel
 /// without memory nodes clones.
 #[test]
+#[ignore = "needs a GPU"]
 fn clone_of_graph_with_memory_nodes_fails() {
     const TEST: &str = "clone_of_graph_with_memory_nodes_fails";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -346,6 +349,7 @@ fn clone_of_graph_with_memory_nodes_fails() {
 /// [`SECOND_INSTANTIATION_ERROR`], and so does `cuGraphInstantiateWithParams`, with `result_out`
 /// `CUDA_GRAPH_INSTANTIATE_ERROR`; after `cuGraphExecDestroy` of the first, instantiation succeeds and launches.
 #[test]
+#[ignore = "needs a GPU"]
 fn second_instantiation_fails_while_first_exists() {
     const TEST: &str = "second_instantiation_fails_while_first_exists";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -399,6 +403,7 @@ fn second_instantiation_fails_while_first_exists() {
 /// [`DESTROY_NODE_ERROR`]; the graph still instantiates and runs afterwards. Control: a kernel
 /// node of a graph without memory nodes is destroyed.
 #[test]
+#[ignore = "needs a GPU"]
 fn destroying_nodes_of_graph_with_memory_nodes_fails() {
     const TEST: &str = "destroying_nodes_of_graph_with_memory_nodes_fails";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -438,6 +443,7 @@ fn destroying_nodes_of_graph_with_memory_nodes_fails() {
 ///   graph then fails ([`SECOND_FREE_ERROR`]); launching the allocating graph and then the freeing
 ///   graph in one stream works, and the allocating graph relaunches after that.
 #[test]
+#[ignore = "needs a GPU"]
 fn free_node_rules_across_graphs() {
     const TEST: &str = "free_node_rules_across_graphs";
     let Some(_gpu) = require_gpu(TEST) else {

@@ -147,6 +147,7 @@ unsafe fn trim_and_reset_highs() {
 /// (a node after `c` that the free does not wait for, and a root node), `d` and `e` are built on
 /// buffers of their own, which is legal, and checked too.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_1_explicit_graph_alloc_kernels_free() {
     const TEST: &str = "g3_1_explicit_graph_alloc_kernels_free";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -285,6 +286,7 @@ fn g3_1_explicit_graph_alloc_kernels_free() {
 /// a fork into stream2 and a join back with events, and `cudaFreeAsync`. Checks the captured
 /// graph's nodes (1 alloc, 3 kernels, 1 free) and the kernels' output.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_2_stream_capture_fork_join() {
     const TEST: &str = "g3_2_stream_capture_fork_join";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -388,6 +390,7 @@ fn g3_2_stream_capture_fork_join() {
 /// G.3.3, ordering with a single stream: a graph that only allocates, launched into `stream`, then
 /// a kernel and `cudaFreeAsync` in the same stream.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_3_single_stream_ordering() {
     const TEST: &str = "g3_3_single_stream_ordering";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -450,6 +453,7 @@ fn g3_3_single_stream_ordering() {
 /// `freeGraph` with `a` as dependency; both belong to `freeGraph`, as here. Its
 /// `cudaStreamRecordEvent` is `cudaEventRecord`.)
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_3_event_ordering_with_free_graph() {
     const TEST: &str = "g3_3_event_ordering_with_free_graph";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -553,6 +557,7 @@ fn g3_3_event_ordering_with_free_graph() {
 /// writes and copies the low half, the freeing graph the high half (its `kernelNode` is the fill
 /// plus a copy node after it; the free node depends on the copy and on the wait node).
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_3_event_nodes_in_alloc_and_free_graphs() {
     const TEST: &str = "g3_3_event_nodes_in_alloc_and_free_graphs";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -708,6 +713,7 @@ fn g3_3_event_nodes_in_alloc_and_free_graphs() {
 /// And the contrast the guide states: the same kind of producer instantiated without the flag
 /// fails to relaunch (`cudaErrorInvalidValue`) until its allocation is freed.
 #[test]
+#[ignore = "needs a GPU"]
 fn g3_4_auto_free_on_launch_producer_consumers() {
     const TEST: &str = "g3_4_auto_free_on_launch_producer_consumers";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -864,6 +870,7 @@ fn g3_4_auto_free_on_launch_producer_consumers() {
 /// not on free 2, so its range must not overlap alloc 2's (asserted). All three are written and
 /// summed, and the sums are checked.
 #[test]
+#[ignore = "needs a GPU"]
 fn g4_1_address_reuse_within_graph() {
     const TEST: &str = "g4_1_address_reuse_within_graph";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -968,6 +975,7 @@ fn g4_1_address_reuse_within_graph() {
 /// (`cudaGraphMemAttrUsedMemCurrent`) grows by at least the allocation at the upload, before any
 /// launch, and the kernels' output on two launches.
 #[test]
+#[ignore = "needs a GPU"]
 fn g5_1_upload_then_launch_same_stream() {
     const TEST: &str = "g5_1_upload_then_launch_same_stream";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -1057,6 +1065,7 @@ fn g5_1_upload_then_launch_same_stream() {
 ///
 /// Each step's figures are printed before its assertions.
 #[test]
+#[ignore = "needs a GPU"]
 fn footprint_g4_g6() {
     const TEST: &str = "footprint_g4_g6";
     let Some(_gpu) = require_gpu(TEST) else {
@@ -1313,6 +1322,7 @@ fn peers_or_skip(test: &str, a: i32, b: i32) -> bool {
 /// Needs two GPUs (listed in `ci/needs-two-gpus.txt`); skips with a printed reason otherwise, or
 /// fails under `CUDA_GRAPH_REQUIRE_GPU=1`.
 #[test]
+#[ignore = "needs a GPU"]
 fn g7_1_peer_access_graph_node_api() {
     const TEST: &str = "g7_1_peer_access_graph_node_api";
     let Some(gpu) = require_gpus(TEST, 2) else {
@@ -1434,6 +1444,7 @@ fn g7_1_peer_access_graph_node_api() {
 /// `cudaFreeAsync` frees it. Needs two GPUs (listed in `ci/needs-two-gpus.txt`); skips with a
 /// printed reason otherwise, or fails under `CUDA_GRAPH_REQUIRE_GPU=1`.
 #[test]
+#[ignore = "needs a GPU"]
 fn g7_2_peer_access_stream_capture() {
     const TEST: &str = "g7_2_peer_access_stream_capture";
     let Some(_gpu) = require_gpus(TEST, 2) else {

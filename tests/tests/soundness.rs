@@ -194,6 +194,7 @@ fn device_free_memory(device: &Device) -> usize {
 /// buffer of the same size (the probe) is filled with the pattern, then the graph is
 /// instantiated and launched: the probe must still hold the pattern.
 #[test]
+#[ignore = "needs a GPU"]
 fn memset_node_keeps_its_device_buffer_alive() {
     let Some(gpu) = safe_common::gpu("memset_node_keeps_its_device_buffer_alive") else {
         return;
@@ -243,6 +244,7 @@ fn memset_node_keeps_its_device_buffer_alive() {
 /// on that stream (the probe) is filled with the pattern, then the graph is launched on the
 /// same stream: the probe must still hold the pattern.
 #[test]
+#[ignore = "needs a GPU"]
 fn memset_node_keeps_its_stream_allocation_alive() {
     let Some(gpu) = safe_common::gpu("memset_node_keeps_its_stream_allocation_alive") else {
         return;
@@ -290,6 +292,7 @@ fn memset_node_keeps_its_stream_allocation_alive() {
 /// fix `cuGraphInstantiate` crashed or hung here: a watchdog aborts the process after
 /// `HANG_LIMIT` so that a hang fails the test instead of blocking the suite.)
 #[test]
+#[ignore = "needs a GPU"]
 fn memcpy_node_keeps_its_source_and_destination_alive() {
     let Some(gpu) = safe_common::gpu("memcpy_node_keeps_its_source_and_destination_alive") else {
         return;
@@ -371,6 +374,7 @@ fn memcpy_node_keeps_its_source_and_destination_alive() {
 /// an error, not an overflow panic (debug builds) nor a node that writes 2^62 + 1 words
 /// (release builds).
 #[test]
+#[ignore = "needs a GPU"]
 fn memset_node_word_count_overflow_is_an_error() {
     let Some(gpu) = safe_common::gpu("memset_node_word_count_overflow_is_an_error") else {
         return;
@@ -406,6 +410,7 @@ fn memset_node_word_count_overflow_is_an_error() {
 /// synchronizes (and a pause for deferred releases), the closure must have run exactly once,
 /// and never after the value it owns was dropped.
 #[test]
+#[ignore = "needs a GPU"]
 fn host_node_closure_lives_until_the_driver_is_done_with_it() {
     let Some(gpu) = safe_common::gpu("host_node_closure_lives_until_the_driver_is_done_with_it")
     else {
@@ -476,6 +481,7 @@ fn host_node_closure_lives_until_the_driver_is_done_with_it() {
 /// write its output. (Before the fix `cuGraphInstantiate` crashed; the watchdog turns a hang
 /// into a failure.)
 #[test]
+#[ignore = "needs a GPU"]
 fn kernel_node_keeps_its_module_loaded() {
     let Some(gpu) = safe_common::gpu("kernel_node_keeps_its_module_loaded") else {
         return;
@@ -509,6 +515,7 @@ fn kernel_node_keeps_its_module_loaded() {
 /// launch and write its output. The capture is relaxed, so that unloading a module during it
 /// is not itself a capture error: what is checked is the graph, not the capture mode.
 #[test]
+#[ignore = "needs a GPU"]
 fn captured_launch_keeps_its_module_loaded() {
     let Some(gpu) = safe_common::gpu("captured_launch_keeps_its_module_loaded") else {
         return;
@@ -549,6 +556,7 @@ fn captured_launch_keeps_its_module_loaded() {
 /// The device's free memory (`cuMemGetInfo`) is printed too, but not asserted: it is
 /// device-wide, and the suite's other test processes allocate concurrently.
 #[test]
+#[ignore = "needs a GPU"]
 fn device_buffers_dropped_during_another_threads_global_capture_are_freed() {
     let Some(gpu) =
         safe_common::gpu("device_buffers_dropped_during_another_threads_global_capture_are_freed")
@@ -617,6 +625,7 @@ fn device_buffers_dropped_during_another_threads_global_capture_are_freed() {
 /// capture ends. The captured graph must not contain a free node, and after the capture ends
 /// and the device synchronizes, the default pool's used memory must be back where it was.
 #[test]
+#[ignore = "needs a GPU"]
 fn stream_dropped_during_a_capture_does_not_free_into_it() {
     let Some(gpu) = safe_common::gpu("stream_dropped_during_a_capture_does_not_free_into_it")
     else {
@@ -677,6 +686,7 @@ fn stream_dropped_during_a_capture_does_not_free_into_it() {
 /// ends successfully, and once everything is dropped, synchronized and trimmed, graph memory
 /// used and reserved are 0.
 #[test]
+#[ignore = "needs a GPU"]
 fn last_exec_graph_dropped_inside_a_global_capture_keeps_the_capture_and_frees() {
     let Some(gpu) = safe_common::gpu(
         "last_exec_graph_dropped_inside_a_global_capture_keeps_the_capture_and_frees",
@@ -736,6 +746,7 @@ fn last_exec_graph_dropped_inside_a_global_capture_keeps_the_capture_and_frees()
 /// free is deferred). After the capture ends and both streams synchronize (neither is
 /// dropped), the default pool's used memory must be back where it was.
 #[test]
+#[ignore = "needs a GPU"]
 fn deferred_frees_belong_to_the_device_not_the_handle() {
     let Some(gpu) = safe_common::gpu("deferred_frees_belong_to_the_device_not_the_handle") else {
         return;
@@ -776,6 +787,7 @@ fn deferred_frees_belong_to_the_device_not_the_handle() {
 /// capturing; dropping the stream ends that capture, after which the process can allocate
 /// again: `DeviceBuffer::zeroed` succeeds, and a new stream captures normally.
 #[test]
+#[ignore = "needs a GPU"]
 fn forgotten_capture_is_ended_when_its_stream_drops() {
     let Some(gpu) = safe_common::gpu("forgotten_capture_is_ended_when_its_stream_drops") else {
         return;
@@ -867,6 +879,7 @@ fn refused_second_begin_once(gpu: &Gpu, run: u32) -> String {
 /// process of its own (this binary run again for this test alone, with `REFUSED_BEGIN_RUN`
 /// set), the condition under which a run was seen to fail; every run must write its output.
 #[test]
+#[ignore = "needs a GPU"]
 fn first_capture_writes_its_output_after_a_refused_second_begin() {
     const NAME: &str = "first_capture_writes_its_output_after_a_refused_second_begin";
     const RUNS: u32 = 20;
@@ -930,6 +943,7 @@ fn first_capture_writes_its_output_after_a_refused_second_begin() {
 /// consumer must read the producer's data. Control: the same with the free ordered after the
 /// consumer by an event.
 #[test]
+#[ignore = "needs a GPU"]
 fn free_async_waits_for_a_queued_consumer_on_another_stream() {
     let Some(gpu) = safe_common::gpu("free_async_waits_for_a_queued_consumer_on_another_stream")
     else {
@@ -995,6 +1009,7 @@ fn free_async_waits_for_a_queued_consumer_on_another_stream() {
 /// per-thread-stream use with an error is allowed too.) Control: with the allocation kept
 /// alive, the late writer writes it.
 #[test]
+#[ignore = "needs a GPU"]
 fn per_thread_stream_uses_from_two_threads_are_both_waited_for() {
     let Some(gpu) = safe_common::gpu("per_thread_stream_uses_from_two_threads_are_both_waited_for")
     else {
@@ -1100,6 +1115,7 @@ fn per_thread_stream_uses_from_two_threads_are_both_waited_for() {
 /// per-thread stream with an error is allowed too.) Control: dropped after the late writer, the
 /// allocation holds its output.
 #[test]
+#[ignore = "needs a GPU"]
 fn per_thread_stream_allocation_dropped_on_another_thread_waits_for_its_work() {
     let Some(gpu) = safe_common::gpu(
         "per_thread_stream_allocation_dropped_on_another_thread_waits_for_its_work",
@@ -1171,6 +1187,7 @@ fn per_thread_stream_allocation_dropped_on_another_thread_waits_for_its_work() {
 /// and after a trim no stream may report an illegal address. Control: with the allocation kept
 /// alive, the late writer writes it.
 #[test]
+#[ignore = "needs a GPU"]
 fn relaunch_on_another_stream_keeps_a_pending_kernel_use() {
     let Some(gpu) = safe_common::gpu("relaunch_on_another_stream_keeps_a_pending_kernel_use")
     else {
@@ -1233,6 +1250,7 @@ fn relaunch_on_another_stream_keeps_a_pending_kernel_use() {
 /// producer's launch) or is refused with an error; it never reads memory the producer has not
 /// written yet. Control: the consumer on the producer's stream.
 #[test]
+#[ignore = "needs a GPU"]
 fn consumer_on_another_stream_reads_the_producers_data() {
     let Some(gpu) = safe_common::gpu("consumer_on_another_stream_reads_the_producers_data") else {
         return;
@@ -1287,6 +1305,7 @@ fn consumer_on_another_stream_reads_the_producers_data() {
 /// captured graph); afterwards the capture ends normally and the context still works: the
 /// other stream synchronizes and a `DeviceBuffer` round trip succeeds.
 #[test]
+#[ignore = "needs a GPU"]
 fn capture_launch_on_a_stream_outside_the_capture_is_refused() {
     let Some(gpu) = safe_common::gpu("capture_launch_on_a_stream_outside_the_capture_is_refused")
     else {
@@ -1334,6 +1353,7 @@ fn capture_launch_on_a_stream_outside_the_capture_is_refused() {
 /// allocation of the same size on stream 2 (the probe) is filled with the pattern and must
 /// keep it. Control: with the allocation alive, the copy arrives.
 #[test]
+#[ignore = "needs a GPU"]
 fn stream_allocation_drop_waits_for_a_graph_on_another_stream() {
     let Some(gpu) = safe_common::gpu("stream_allocation_drop_waits_for_a_graph_on_another_stream")
     else {
@@ -1390,6 +1410,7 @@ fn stream_allocation_drop_waits_for_a_graph_on_another_stream() {
 /// with an error, or leave the live allocation's data intact; never map the allocation's fixed
 /// address a second time under the live data.
 #[test]
+#[ignore = "needs a GPU"]
 fn second_instantiation_never_remaps_a_live_allocation() {
     let Some(gpu) = safe_common::gpu("second_instantiation_never_remaps_a_live_allocation") else {
         return;
@@ -1442,6 +1463,7 @@ fn second_instantiation_never_remaps_a_live_allocation() {
 /// An alloc node of exactly the device's total memory cannot succeed and is refused by
 /// `add_mem_alloc_node`.
 #[test]
+#[ignore = "needs a GPU"]
 fn alloc_node_of_the_whole_device_memory_is_refused() {
     let Some(gpu) = safe_common::gpu("alloc_node_of_the_whole_device_memory_is_refused") else {
         return;
@@ -1577,6 +1599,7 @@ fn stream_change_rounds(
 /// not yet do the latter; until it does, graphs that leave allocations live and are launched
 /// into streams that other threads use are not safe from this.
 #[test]
+#[ignore = "needs a GPU"]
 fn relaunch_into_streams_another_thread_shares_stays_in_order() {
     let Some(gpu) = safe_common::gpu("relaunch_into_streams_another_thread_shares_stays_in_order")
     else {

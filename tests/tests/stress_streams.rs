@@ -337,6 +337,7 @@ fn worker(g: &Gpu, streams: &[Stream; 4], t: usize, rounds: usize, start: &Barri
 /// Escaping graph allocations through four streams and two threads, each round checked with the
 /// reuse probe; no corruption, and nothing left afterwards (see the module docs).
 #[test]
+#[ignore = "needs a GPU"]
 fn escaping_allocations_on_four_streams_and_two_threads_are_never_freed_early() {
     let Some(g) = gpu("escaping_allocations_on_four_streams_and_two_threads_are_never_freed_early")
     else {

@@ -1,7 +1,10 @@
 //! Shared by the `safe_*` GPU tests of the safe layer (`cuda-graph`): the GPU gate, the test
 //! kernels as [`Function`]s, result checks, and footprint helpers.
 //!
-//! Every test starts with [`gpu`]: when `cuda_graph::Device::get(0)` fails it prints
+//! The GPU tests are marked `#[ignore = "needs a GPU"]`, so that `cargo test` without a GPU
+//! counts them as ignored in its summary; `--include-ignored` (or nextest's `--run-ignored all`,
+//! as `ci/gpu-run.sh` does) runs them. Every test starts with [`gpu`]: when
+//! `cuda_graph::Device::get(0)` fails it prints
 //! `SKIPPED <test>: no GPU (<reason>)` and returns `None`, unless `CUDA_GRAPH_REQUIRE_GPU=1`, when
 //! it panics instead. The returned [`Gpu`] holds a lock for the test's whole run: `cargo test`
 //! runs a binary's tests as threads of one process, where a capture in global mode forbids
