@@ -58,6 +58,9 @@ fn main() {
         println!("cargo::rustc-cfg=cuda_graph_tests_runtime_library");
     }
 
+    // tests/hunt_stub.rs compiles its checking stub driver against these headers (empty: none).
+    println!("cargo::rustc-env=CUDA_GRAPH_TESTS_CUDA_INCLUDE={include}");
+
     if include.is_empty() {
         println!("cargo::rustc-cfg=cuda_graph_tests_no_abi_probe");
         println!(

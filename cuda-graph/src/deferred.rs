@@ -20,10 +20,16 @@
 //! [`flush_deferred`], and, for what user-object destructors queue, by the crate's release
 //! thread (`cuda-graph-release`, started at the first such release), which the destructor
 //! wakes: memory the driver is done with is not held until the program's next call.
+//!
+//! When the process exits, an exit handler (registered after `cuInit`, so it runs before the
+//! driver's own teardown) stops all of this: releases still queued, or put off from then on,
+//! are left to the process's end, and the handler waits (at most 2 s) for releases already
+//! running. Without it, destructors the driver runs as in-flight work completes during exit
+//! would set the release thread calling the driver while it is torn down.
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{
     Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
@@ -108,6 +114,50 @@ impl Drop for Gate {
     fn drop(&mut self) {
         GATE_DEPTH.set(GATE_DEPTH.get() - 1);
     }
+}
+
+/// Set when the process begins to exit (an exit handler registered after `cuInit`, which
+/// runs before the driver's own teardown): from then on no queued release runs, and the release
+/// thread is not woken. A user-object destructor that the driver calls as in-flight work
+/// completes must not set off CUDA calls from the release thread while the driver is being torn
+/// down; what is still queued then is left to the process's end.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the process is exiting (see [`EXITING`]).
+#[inline]
+fn exiting() -> bool {
+    EXITING.load(Ordering::Acquire)
+}
+
+/// Registers, once, the exit handler that stops releases: it sets [`EXITING`], then waits (at
+/// most 2 s) for the releases that hold the gate to finish, so that none is inside the driver
+/// when the driver's teardown starts.
+pub(crate) fn stop_releases_at_exit() {
+    unsafe extern "C" {
+        fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
+    }
+    extern "C" fn stop_releases() {
+        EXITING.store(true, Ordering::Release);
+        if GATE_DEPTH.get() != 0 {
+            // Exiting from inside a release: the gate is ours; nothing to wait for.
+            return;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while std::time::Instant::now() < deadline {
+            match GATE.try_write() {
+                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => return,
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+    }
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: `stop_releases` does not unwind and touches only statics and a
+        // const-initialized thread-local without a destructor, usable during exit.
+        let _ = unsafe { atexit(stop_releases) };
+    });
 }
 
 /// Holds the gate exclusively: while a capture begins and is registered.
@@ -220,7 +270,7 @@ pub(crate) fn release_allowed() -> bool {
 pub(crate) fn release(ordinal: usize, mut job: impl FnMut() -> bool + Send + 'static) {
     {
         let _gate = hold_gate();
-        if release_allowed() && run(ordinal, &mut job) {
+        if !exiting() && release_allowed() && run(ordinal, &mut job) {
             return;
         }
     }
@@ -261,6 +311,10 @@ pub(crate) fn queued() -> usize {
 /// thread, which runs it as soon as no registered capture forbids it.
 pub(crate) fn enqueue_from_driver(ordinal: usize, job: Box<dyn FnMut() -> bool + Send>) {
     enqueue(ordinal, job);
+    if exiting() {
+        // The driver is about to be torn down: the release thread must not call it now.
+        return;
+    }
     /// A flag the release thread sleeps on, and its signal.
     type Wake = Arc<(Mutex<bool>, Condvar)>;
     static WAKE: OnceLock<Option<Wake>> = OnceLock::new();
@@ -306,7 +360,7 @@ pub(crate) fn flush_if_queued() {
 /// memory at a moment of your choosing, or in a leak test.
 pub fn flush_deferred() -> usize {
     let _gate = hold_gate();
-    if !release_allowed() {
+    if exiting() || !release_allowed() {
         return QUEUED.load(Ordering::Acquire);
     }
     // Taken out of the lock: a job may drop values whose own release queues more jobs. They

@@ -12,7 +12,11 @@ pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
     INIT.get_or_init(|| {
         // SAFETY: cuInit takes flags by value; 0 is the only valid value.
-        check(unsafe { sys::cuInit(0) }, "cuInit")
+        check(unsafe { sys::cuInit(0) }, "cuInit")?;
+        // After cuInit: exit handlers run in reverse order, so this one runs before the
+        // driver's own teardown.
+        deferred::stop_releases_at_exit();
+        Ok(())
     })
     .clone()
 }

@@ -1,0 +1,1405 @@
+/*
+ * A checking stand-in for libcuda.so.1, for hunting host memory errors and races in cuda-graph
+ * without a GPU. Unlike null_cuda.c it is built against the toolkit's cuda.h (so every
+ * signature and ABI name is the real one), and it behaves more like the real driver:
+ *
+ *  - work (kernels, graph launches, frees, event records, host nodes) runs later, in issue
+ *    order, on one "GPU" thread of the stub, which sleeps a little before each item;
+ *  - CUDA user-object destructors, host-node functions and the release of an executable
+ *    graph's user objects (deferred while its launches are queued) run on that thread;
+ *  - every handle is registered; a use of a destroyed, moved or unknown handle, a double
+ *    destroy, a double free, a kernel or graph that touches freed device memory when it runs,
+ *    and a relaunch over a live allocation without AutoFreeOnLaunch are reported ("HUNT
+ *    ERROR"), counted (hunt_errors()), and abort the process under HUNT_ABORT=1;
+ *  - out-parameters are written with their full size and in-parameters read in full (kernel
+ *    arguments by the known kernels' layouts), so valgrind/ASan check the crate's buffers;
+ *  - the current context is per thread, as in the driver.
+ * One stream captures at a time (plus the streams forked into it); captured work forms a chain.
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <execinfo.h>
+
+#define OK CUDA_SUCCESS
+
+/* ---------------------------------------------------------------- errors */
+static int errors;
+static int errors_at_exit;
+int hunt_errors(void) { return __atomic_load_n(&errors, __ATOMIC_SEQ_CST); }
+static void bad(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "HUNT ERROR: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    __atomic_add_fetch(&errors, 1, __ATOMIC_SEQ_CST);
+    const char *a = getenv("HUNT_ABORT");
+    if (a && *a == '1')
+        abort();
+}
+
+/* ---------------------------------------------------------------- fault injection */
+/* HUNT_FAIL_PM=n: calls that check fail() return CUDA_ERROR_OUT_OF_MEMORY n times in 1000. */
+static int fail_pct = -1;
+static unsigned fail_rng = 777;
+static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
+static int failures;
+int hunt_failures(void) { return __atomic_load_n(&failures, __ATOMIC_SEQ_CST); }
+static int fail(void)
+{
+    pthread_mutex_lock(&fail_lock);
+    if (fail_pct < 0) {
+        const char *f = getenv("HUNT_FAIL_PM");
+        fail_pct = f ? atoi(f) : 0;
+    }
+    fail_rng = fail_rng * 1103515245u + 12345u;
+    int r = fail_pct > 0 && (int)((fail_rng >> 8) % 1000) < fail_pct;
+    pthread_mutex_unlock(&fail_lock);
+    if (r)
+        __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
+    return r;
+}
+#define MAYBE_FAIL() do { if (fail()) return CUDA_ERROR_OUT_OF_MEMORY; } while (0)
+
+/* ---------------------------------------------------------------- process exit */
+/* HUNT_TEARDOWN=1: at exit (this library's ELF destructor, run by exit() after the atexit
+ * handlers, as libcuda's own is) the stub plays the driver's teardown: its GPU thread finishes
+ * the queued work (running user-object destructors as launches complete) while any CUDA call
+ * that arrives meanwhile is reported with its stack. */
+static int tearing_down;
+static void teardown_call(const char *call)
+{
+    if (!__atomic_load_n(&tearing_down, __ATOMIC_SEQ_CST))
+        return;
+    static int reported;
+    fprintf(stderr, "HUNT ERROR: %s called during the driver's teardown at process exit (thread %ld)\n", call,
+            (long)gettid());
+    if (__atomic_add_fetch(&reported, 1, __ATOMIC_SEQ_CST) <= 3) {
+        void *frames[40];
+        int n = backtrace(frames, 40);
+        backtrace_symbols_fd(frames, n, 2);
+    }
+    __atomic_add_fetch(&errors_at_exit, 1, __ATOMIC_SEQ_CST);
+}
+
+/* ---------------------------------------------------------------- registry */
+enum kind { K_FREE_SLOT, K_STREAM, K_EVENT, K_GRAPH, K_EXEC, K_MODULE, K_FUNC, K_POOL, K_UOBJ, K_NODE, K_MEM };
+static const char *kind_name[] = {"?", "stream", "event", "graph", "exec graph", "module", "function", "pool", "user object", "node", "memory"};
+enum state { S_LIVE, S_DEAD, S_MOVED, S_UNMAPPED /* graph memory not allocated by a launch */ };
+struct ent { uintptr_t key; unsigned char kind, state; void *desc; };
+static struct ent *tab;
+static size_t tab_mask, tab_used;
+static pthread_mutex_t big = PTHREAD_MUTEX_INITIALIZER; /* all stub state */
+static __thread int on_gpu_thread;
+static void lock_big(const char *call)
+{
+    if (!on_gpu_thread)
+        teardown_call(call);
+    pthread_mutex_lock(&big);
+}
+static uintptr_t next_handle = 0x1000;
+static unsigned long long next_address = 0x700000000000ull;
+
+static size_t hash(uintptr_t k) { k ^= k >> 33; k *= 0xff51afd7ed558ccdull; k ^= k >> 33; return (size_t)k; }
+static struct ent *find(uintptr_t key, int insert)
+{
+    if (!tab) {
+        tab_mask = (1u << 21) - 1;
+        tab = calloc(tab_mask + 1, sizeof *tab);
+    }
+    for (size_t i = hash(key) & tab_mask;; i = (i + 1) & tab_mask) {
+        if (tab[i].key == key)
+            return &tab[i];
+        if (!tab[i].key) {
+            if (!insert)
+                return NULL;
+            if (++tab_used > tab_mask / 4 * 3) {
+                fprintf(stderr, "HUNT: registry full\n");
+                abort();
+            }
+            tab[i].key = key;
+            return &tab[i];
+        }
+    }
+}
+/* Under `big`. */
+static void *new_handle(int kind, void *desc)
+{
+    next_handle += 16;
+    struct ent *e = find(next_handle, 1);
+    e->kind = (unsigned char)kind;
+    e->state = S_LIVE;
+    e->desc = desc;
+    return (void *)next_handle;
+}
+static const char *state_name(int s) { return s == S_DEAD ? "destroyed" : s == S_MOVED ? "moved into a parent graph" : s == S_UNMAPPED ? "not allocated" : "live"; }
+/* Under `big`: the entry of a live handle of `kind`, or NULL after reporting. */
+static struct ent *live(const void *h, int kind, const char *call)
+{
+    struct ent *e = h ? find((uintptr_t)h, 0) : NULL;
+    if (!e || e->kind != kind) {
+        bad("%s: %p is not a %s handle%s", call, h, kind_name[kind], e ? " (another kind)" : "");
+        return NULL;
+    }
+    if (e->state != S_LIVE) {
+        bad("%s: %s %p is %s", call, kind_name[kind], h, state_name(e->state));
+        return NULL;
+    }
+    return e;
+}
+static int special_stream(CUstream s) { return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
+static int check_stream(CUstream s, const char *call) { return special_stream(s) || live(s, K_STREAM, call) != NULL; }
+
+/* ---------------------------------------------------------------- device memory */
+static CUdeviceptr new_address(int state)
+{
+    next_address += 1 << 20;
+    struct ent *e = find((uintptr_t)next_address, 1);
+    e->kind = K_MEM;
+    e->state = (unsigned char)state;
+    return next_address;
+}
+/* Under `big`: memory `p` must be live when used (0: no address). */
+static void use_memory(CUdeviceptr p, const char *what)
+{
+    if (!p)
+        return;
+    struct ent *e = find((uintptr_t)p, 0);
+    if (!e) {
+        /* an address inside an allocation: find its base (allocations are 1 MiB apart) */
+        CUdeviceptr base = p & ~(CUdeviceptr)((1 << 20) - 1);
+        e = find((uintptr_t)base, 0);
+    }
+    if (!e || e->kind != K_MEM)
+        bad("%s: address %#llx is not device memory", what, (unsigned long long)p);
+    else if (e->state != S_LIVE)
+        bad("%s: device memory %#llx is %s", what, (unsigned long long)p, state_name(e->state));
+}
+static void free_memory(CUdeviceptr p, const char *what)
+{
+    struct ent *e = find((uintptr_t)p, 0);
+    if (!e || e->kind != K_MEM)
+        bad("%s: %#llx is not device memory", what, (unsigned long long)p);
+    else if (e->state != S_LIVE)
+        bad("%s: free of %#llx, which is %s", what, (unsigned long long)p, state_name(e->state));
+    else
+        e->state = S_DEAD;
+}
+
+/* ---------------------------------------------------------------- kernels */
+struct func { const char *layout; void *module; };
+/* P: pointer (8 bytes), 8: u64, 4: u32 */
+static const char *layout_of(const char *name)
+{
+    if (!strcmp(name, "fill_u32") || !strcmp(name, "iota_u32") || !strcmp(name, "add_u32")) return "P84";
+    if (!strcmp(name, "copy_u32")) return "PP8";
+    if (!strcmp(name, "axpy_u32")) return "PP84";
+    if (!strcmp(name, "sum_u32")) return "P8P";
+    if (!strcmp(name, "spin_then_fill_u32")) return "P848";
+    return "";
+}
+/* Reads every argument as the driver does (so a bad pointer shows on the host); returns the
+ * pointer arguments. Under `big`. */
+static int read_args(CUfunction f, void **params, CUdeviceptr out[4], const char *call)
+{
+    struct ent *e = live(f, K_FUNC, call);
+    if (!e)
+        return 0;
+    struct func *fn = e->desc;
+    struct ent *m = find((uintptr_t)fn->module, 0);
+    if (!m || m->state != S_LIVE)
+        bad("%s: the function's module %p is %s", call, fn->module, m ? state_name(m->state) : "unknown");
+    int n = 0;
+    for (int i = 0; fn->layout[i]; i++) {
+        unsigned long long v = 0;
+        size_t size = fn->layout[i] == '4' ? 4 : 8;
+        memcpy(&v, params[i], size);
+        if (fn->layout[i] == 'P' && n < 4)
+            out[n++] = v;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- graphs */
+enum op_type { OP_ALLOC, OP_FREE, OP_HOST, OP_EVENT, OP_KERNEL, OP_USE };
+struct op { int type; uintptr_t a, b; CUdeviceptr p[4]; int np; };
+struct uobj { void (*destroy)(void *); void *data; int refs; };
+struct held { struct uobj *o; int count; };
+struct gdesc {
+    struct op *ops; size_t n, cap;
+    struct held *objs; size_t nobj, capobj;
+    /* captured graphs: their nodes */
+    struct cnode { CUgraphNode node; int type; CUdeviceptr address; size_t bytes; } *nodes;
+    size_t nnodes, capnodes;
+    unsigned long long flags; /* exec: instantiate flags */
+    void *graph;              /* exec: its graph's handle */
+};
+static void push_op(struct gdesc *g, struct op op)
+{
+    if (g->n == g->cap) {
+        g->cap = g->cap ? 2 * g->cap : 8;
+        g->ops = realloc(g->ops, g->cap * sizeof *g->ops);
+    }
+    g->ops[g->n++] = op;
+}
+static void push_obj(struct gdesc *g, struct uobj *o, int count)
+{
+    if (g->nobj == g->capobj) {
+        g->capobj = g->capobj ? 2 * g->capobj : 4;
+        g->objs = realloc(g->objs, g->capobj * sizeof *g->objs);
+    }
+    g->objs[g->nobj].o = o;
+    g->objs[g->nobj].count = count;
+    g->nobj++;
+}
+static CUgraphNode push_node(struct gdesc *g, int type, CUdeviceptr address, size_t bytes)
+{
+    if (g->nnodes == g->capnodes) {
+        g->capnodes = g->capnodes ? 2 * g->capnodes : 8;
+        g->nodes = realloc(g->nodes, g->capnodes * sizeof *g->nodes);
+    }
+    CUgraphNode node = new_handle(K_NODE, NULL);
+    g->nodes[g->nnodes].node = node;
+    g->nodes[g->nnodes].type = type;
+    g->nodes[g->nnodes].address = address;
+    g->nodes[g->nnodes].bytes = bytes;
+    g->nnodes++;
+    return node;
+}
+static void free_desc(struct gdesc *g)
+{
+    free(g->ops);
+    free(g->objs);
+    free(g->nodes);
+    free(g);
+}
+
+/* ---------------------------------------------------------------- the GPU thread */
+enum work { W_NOP, W_KERNEL, W_EXEC, W_FREE, W_RELEASE, W_DESTROY_OBJ };
+struct item { struct item *next; int work; void *a; struct op op; const char *what; };
+static pthread_mutex_t wq = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wq_signal = PTHREAD_COND_INITIALIZER, wq_done = PTHREAD_COND_INITIALIZER;
+static struct item *head, *tail;
+static unsigned long long issued, done;
+static pthread_t gpu_thread;
+static int gpu_started;
+static unsigned rng = 12345;
+static int delay_us = -1;
+
+static void release_objs(struct gdesc *g);
+static void run_item(struct item *it);
+
+static void *gpu_main(void *arg)
+{
+    (void)arg;
+    on_gpu_thread = 1;
+    for (;;) {
+        pthread_mutex_lock(&wq);
+        while (!head)
+            pthread_cond_wait(&wq_signal, &wq);
+        struct item *it = head;
+        head = it->next;
+        if (!head)
+            tail = NULL;
+        rng = rng * 1103515245u + 12345u;
+        unsigned sleep_us = delay_us > 0 ? (rng >> 8) % (unsigned)delay_us : 0;
+        pthread_mutex_unlock(&wq);
+        if (sleep_us)
+            usleep(sleep_us);
+        run_item(it);
+        free(it);
+        pthread_mutex_lock(&wq);
+        done++;
+        pthread_cond_broadcast(&wq_done);
+        pthread_mutex_unlock(&wq);
+    }
+    return NULL;
+}
+/* Queues work; returns its sequence number. Not under `big`. */
+static unsigned long long enqueue(int work, void *a, const struct op *op, const char *what)
+{
+    struct item *it = calloc(1, sizeof *it);
+    it->work = work;
+    it->a = a;
+    if (op)
+        it->op = *op;
+    it->what = what;
+    pthread_mutex_lock(&wq);
+    if (!gpu_started) {
+        const char *d = getenv("HUNT_DELAY_US");
+        delay_us = d ? atoi(d) : 100;
+        pthread_create(&gpu_thread, NULL, gpu_main, NULL);
+        pthread_detach(gpu_thread);
+        gpu_started = 1;
+    }
+    if (tail)
+        tail->next = it;
+    else
+        head = it;
+    tail = it;
+    unsigned long long seq = ++issued;
+    pthread_cond_signal(&wq_signal);
+    pthread_mutex_unlock(&wq);
+    return seq;
+}
+static void wait_for(unsigned long long seq)
+{
+    if (on_gpu_thread) {
+        bad("a synchronizing call on the driver's own thread (a host function or destructor called CUDA)");
+        return;
+    }
+    pthread_mutex_lock(&wq);
+    while (done < seq)
+        pthread_cond_wait(&wq_done, &wq);
+    pthread_mutex_unlock(&wq);
+}
+static void wait_all(void)
+{
+    pthread_mutex_lock(&wq);
+    unsigned long long seq = issued;
+    pthread_mutex_unlock(&wq);
+    wait_for(seq);
+}
+static unsigned long long completed(void)
+{
+    pthread_mutex_lock(&wq);
+    unsigned long long d = done;
+    pthread_mutex_unlock(&wq);
+    return d;
+}
+
+/* HUNT_SYNC_DESTROY=1: destructors run at once on the releasing thread (the driver may do
+ * that when nothing is in flight), and graph/exec destroys release their objects at once. */
+static int sync_destroy(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HUNT_SYNC_DESTROY");
+        v = e && *e == '1';
+    }
+    return v;
+}
+static void release_obj(struct uobj *o, int count)
+{
+    if (__atomic_sub_fetch(&o->refs, count, __ATOMIC_ACQ_REL) == 0) {
+        if (on_gpu_thread || sync_destroy()) {
+            o->destroy(o->data);
+            free(o);
+        } else {
+            enqueue(W_DESTROY_OBJ, o, NULL, "destroy");
+        }
+    }
+}
+static void release_objs(struct gdesc *g)
+{
+    for (size_t i = 0; i < g->nobj; i++)
+        if (g->objs[i].count > 0)
+            release_obj(g->objs[i].o, g->objs[i].count);
+    g->nobj = 0;
+}
+
+static void run_op(const struct op *op, unsigned long long flags, const char *what)
+{
+    switch (op->type) {
+    case OP_ALLOC: {
+        lock_big(__func__);
+        struct ent *e = find((uintptr_t)op->a, 0);
+        if (e && e->state == S_LIVE && !(flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))
+            bad("%s: relaunch over live allocation %#llx without AutoFreeOnLaunch", what, (unsigned long long)op->a);
+        if (e)
+            e->state = S_LIVE;
+        pthread_mutex_unlock(&big);
+        break;
+    }
+    case OP_FREE:
+        lock_big(__func__);
+        free_memory(op->a, what);
+        pthread_mutex_unlock(&big);
+        break;
+    case OP_HOST:
+        ((CUhostFn)op->a)((void *)op->b);
+        break;
+    case OP_EVENT: {
+        lock_big(__func__);
+        struct ent *e = find(op->a, 0);
+        if (!e || e->state != S_LIVE)
+            bad("%s: an event node's event %p is %s when the node runs", what, (void *)op->a, e ? state_name(e->state) : "unknown");
+        pthread_mutex_unlock(&big);
+        break;
+    }
+    case OP_KERNEL: {
+        lock_big(__func__);
+        struct ent *e = find(op->a, 0);
+        if (!e || e->state != S_LIVE)
+            bad("%s: a kernel's function %p is %s when it runs", what, (void *)op->a, e ? state_name(e->state) : "unknown");
+        else {
+            struct func *fn = e->desc;
+            struct ent *m = find((uintptr_t)fn->module, 0);
+            if (!m || m->state != S_LIVE)
+                bad("%s: a kernel's module %p is %s when it runs", what, fn->module, m ? state_name(m->state) : "unknown");
+        }
+        for (int i = 0; i < op->np; i++)
+            use_memory(op->p[i], what);
+        pthread_mutex_unlock(&big);
+        break;
+    }
+    case OP_USE:
+        lock_big(__func__);
+        for (int i = 0; i < op->np; i++)
+            use_memory(op->p[i], what);
+        pthread_mutex_unlock(&big);
+        break;
+    }
+}
+
+static void run_item(struct item *it)
+{
+    switch (it->work) {
+    case W_NOP:
+        break;
+    case W_KERNEL:
+        run_op(&it->op, 0, "a kernel launched on a stream");
+        break;
+    case W_EXEC: {
+        struct gdesc *x = it->a;
+        for (size_t i = 0; i < x->n; i++)
+            run_op(&x->ops[i], x->flags, "a graph launch");
+        break;
+    }
+    case W_FREE:
+        lock_big(__func__);
+        free_memory(it->op.a, it->what);
+        pthread_mutex_unlock(&big);
+        break;
+    case W_RELEASE: {
+        struct gdesc *g = it->a;
+        release_objs(g);
+        free_desc(g);
+        break;
+    }
+    case W_DESTROY_OBJ: {
+        struct uobj *o = it->a;
+        o->destroy(o->data);
+        free(o);
+        break;
+    }
+    }
+}
+
+/* ---------------------------------------------------------------- init, devices, contexts */
+CUresult cuInit(unsigned int flags) { (void)flags; return OK; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return OK; }
+CUresult cuDeviceGet(CUdevice *d, int ordinal) { *d = ordinal; return ordinal == 0 ? OK : CUDA_ERROR_INVALID_DEVICE; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return OK; }
+static int primary_refs;
+#define PRIMARY ((CUcontext)0x42)
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { (void)d; __atomic_add_fetch(&primary_refs, 1, __ATOMIC_SEQ_CST); *c = PRIMARY; return OK; }
+CUresult cuDevicePrimaryCtxRelease(CUdevice d)
+{
+    (void)d;
+    int left = __atomic_sub_fetch(&primary_refs, 1, __ATOMIC_SEQ_CST);
+    if (left < 0)
+        bad("cuDevicePrimaryCtxRelease: released more often than retained");
+    return OK;
+}
+static __thread CUcontext current;
+CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return OK; }
+CUresult cuCtxSetCurrent(CUcontext c) { current = c; return OK; }
+static int need_context(const char *call)
+{
+    if (!on_gpu_thread)
+        teardown_call(call);
+    if (current != PRIMARY) {
+        /* Not an error for every call in the real driver, but worth seeing. */
+        static int told;
+        if (!__atomic_exchange_n(&told, 1, __ATOMIC_SEQ_CST))
+            fprintf(stderr, "HUNT NOTE: %s without a current context (reported once)\n", call);
+    }
+    if (__atomic_load_n(&primary_refs, __ATOMIC_SEQ_CST) <= 0)
+        bad("%s: the primary context is released", call);
+    return 1;
+}
+CUresult cuCtxSynchronize(void) { need_context("cuCtxSynchronize"); wait_all(); return OK; }
+CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) { (void)d; *bytes = (size_t)140 << 30; return OK; }
+CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) { (void)a; (void)d; *v = 1; return OK; }
+CUresult cuDeviceGetName(char *name, int len, CUdevice d)
+{
+    (void)d;
+    if (len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    memset(name, 0, (size_t)len); /* the whole buffer, as the caller promised */
+    strncpy(name, "hunt driver", (size_t)len - 1);
+    return OK;
+}
+CUresult cuDeviceCanAccessPeer(int *can, CUdevice a, CUdevice b) { *can = a != b; return OK; }
+CUresult cuGetErrorName(CUresult e, const char **s) { (void)e; *s = "CUDA_ERROR_UNKNOWN"; return OK; }
+CUresult cuGetErrorString(CUresult e, const char **s) { (void)e; *s = "hunt driver"; return OK; }
+
+/* ---------------------------------------------------------------- capture */
+static CUstream capture_stream;
+static CUstream joined[16];
+static int njoined;
+static struct gdesc *capture_desc;
+static CUstreamCaptureMode capture_mode;
+static unsigned long long capture_id_counter;
+static unsigned long long capture_id_now;
+static CUevent capture_events[64];
+static int ncapture_events;
+/* Under `big`. */
+static int capturing(CUstream s)
+{
+    if (!capture_stream || special_stream(s))
+        return 0;
+    if (s == capture_stream)
+        return 1;
+    for (int i = 0; i < njoined; i++)
+        if (joined[i] == s)
+            return 1;
+    return 0;
+}
+
+CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    CUresult r = OK;
+    if (!check_stream(s, "cuStreamBeginCapture"))
+        r = CUDA_ERROR_INVALID_HANDLE;
+    else if (capture_stream || special_stream(s))
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    else {
+        capture_stream = s;
+        capture_desc = calloc(1, sizeof *capture_desc);
+        capture_mode = mode;
+        capture_id_now = ++capture_id_counter;
+        njoined = 0;
+        ncapture_events = 0;
+    }
+    pthread_mutex_unlock(&big);
+    return r;
+}
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
+{
+    lock_big(__func__);
+    CUresult r = OK;
+    *g = NULL;
+    if (!check_stream(s, "cuStreamEndCapture"))
+        r = CUDA_ERROR_INVALID_HANDLE;
+    else if (!capture_stream || s != capture_stream)
+        r = CUDA_ERROR_ILLEGAL_STATE;
+    else {
+        *g = new_handle(K_GRAPH, capture_desc);
+        capture_stream = NULL;
+        capture_desc = NULL;
+        njoined = 0;
+    }
+    pthread_mutex_unlock(&big);
+    return r;
+}
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
+{
+    lock_big(__func__);
+    check_stream(s, "cuStreamIsCapturing");
+    *status = capturing(s) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+/* The dependencies array handed out stays valid until the next capture call, as documented:
+ * here until the next call on any thread (one slot per thread). */
+static __thread CUgraphNode last_dep;
+CUresult cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                const CUgraphNode **deps, const CUgraphEdgeData **edge_data, size_t *count)
+{
+    lock_big(__func__);
+    check_stream(s, "cuStreamGetCaptureInfo");
+    int c = capturing(s);
+    *status = c ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id)
+        *id = c ? capture_id_now : 0;
+    if (graph)
+        *graph = NULL;
+    if (edge_data)
+        *edge_data = NULL;
+    size_t n = c && capture_desc->nnodes ? 1 : 0;
+    if (n)
+        last_dep = capture_desc->nodes[capture_desc->nnodes - 1].node;
+    if (deps)
+        *deps = n ? &last_dep : NULL;
+    if (count)
+        *count = n;
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+
+/* ---------------------------------------------------------------- streams and events */
+CUresult cuStreamCreate(CUstream *s, unsigned int flags)
+{
+    MAYBE_FAIL();
+    (void)flags;
+    need_context("cuStreamCreate");
+    lock_big(__func__);
+    *s = new_handle(K_STREAM, NULL);
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int priority) { (void)priority; return cuStreamCreate(s, flags); }
+CUresult cuStreamDestroy(CUstream s)
+{
+    lock_big(__func__);
+    CUresult r = OK;
+    struct ent *e = live(s, K_STREAM, "cuStreamDestroy");
+    if (!e)
+        r = CUDA_ERROR_INVALID_HANDLE;
+    else {
+        if (capturing(s))
+            bad("cuStreamDestroy: stream %p is capturing", (void *)s);
+        e->state = S_DEAD;
+    }
+    pthread_mutex_unlock(&big);
+    return r;
+}
+CUresult cuStreamSynchronize(CUstream s)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    int ok = check_stream(s, "cuStreamSynchronize");
+    int c = capturing(s);
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (c)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    wait_all();
+    return OK;
+}
+static __thread unsigned long long per_thread_id;
+static unsigned long long per_thread_ids = 1ull << 40;
+CUresult cuStreamGetId(CUstream s, unsigned long long *id)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    int ok = check_stream(s, "cuStreamGetId");
+    pthread_mutex_unlock(&big);
+    if (s == CU_STREAM_PER_THREAD) {
+        if (!per_thread_id)
+            per_thread_id = __atomic_add_fetch(&per_thread_ids, 1, __ATOMIC_SEQ_CST);
+        *id = per_thread_id;
+    } else if (special_stream(s))
+        *id = 1;
+    else
+        *id = (unsigned long long)(uintptr_t)s;
+    return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+
+struct event { unsigned long long seq; int in_capture; };
+CUresult cuEventCreate(CUevent *e, unsigned int flags)
+{
+    MAYBE_FAIL();
+    (void)flags;
+    need_context("cuEventCreate");
+    lock_big(__func__);
+    *e = new_handle(K_EVENT, calloc(1, sizeof(struct event)));
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+CUresult cuEventDestroy(CUevent ev)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    struct ent *e = live(ev, K_EVENT, "cuEventDestroy");
+    if (e)
+        e->state = S_DEAD; /* desc kept: queued work may still look */
+    pthread_mutex_unlock(&big);
+    return e ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuEventRecord(CUevent ev, CUstream s)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    struct ent *e = live(ev, K_EVENT, "cuEventRecord");
+    int ok = check_stream(s, "cuEventRecord") && e;
+    int c = capturing(s);
+    struct event *d = e ? e->desc : NULL;
+    if (ok && c) {
+        d->in_capture = 1;
+        if (ncapture_events < 64)
+            capture_events[ncapture_events++] = ev;
+    }
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!c) {
+        unsigned long long seq = enqueue(W_NOP, NULL, NULL, "record");
+        lock_big(__func__);
+        d->seq = seq;
+        d->in_capture = 0;
+        pthread_mutex_unlock(&big);
+    }
+    return OK;
+}
+CUresult cuStreamWaitEvent(CUstream s, CUevent ev, unsigned int flags)
+{
+    MAYBE_FAIL();
+    (void)flags;
+    lock_big(__func__);
+    struct ent *e = live(ev, K_EVENT, "cuStreamWaitEvent");
+    int ok = check_stream(s, "cuStreamWaitEvent") && e;
+    if (ok && ((struct event *)e->desc)->in_capture && capture_stream && !capturing(s) && njoined < 16)
+        joined[njoined++] = s; /* a fork: the stream joins the capture */
+    pthread_mutex_unlock(&big);
+    return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuEventQuery(CUevent ev)
+{
+    lock_big(__func__);
+    struct ent *e = live(ev, K_EVENT, "cuEventQuery");
+    unsigned long long seq = e ? ((struct event *)e->desc)->seq : 0;
+    pthread_mutex_unlock(&big);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return completed() >= seq ? OK : CUDA_ERROR_NOT_READY;
+}
+CUresult cuEventSynchronize(CUevent ev)
+{
+    lock_big(__func__);
+    struct ent *e = live(ev, K_EVENT, "cuEventSynchronize");
+    unsigned long long seq = e ? ((struct event *)e->desc)->seq : 0;
+    pthread_mutex_unlock(&big);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    wait_for(seq);
+    return OK;
+}
+CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
+{
+    lock_big(__func__);
+    int ok = live(a, K_EVENT, "cuEventElapsedTime") && live(b, K_EVENT, "cuEventElapsedTime");
+    pthread_mutex_unlock(&big);
+    *ms = 0.0f;
+    return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* ---------------------------------------------------------------- modules */
+CUresult cuModuleLoadData(CUmodule *m, const void *image)
+{
+    need_context("cuModuleLoadData");
+    (void)strlen(image); /* PTX: NUL-terminated */
+    lock_big(__func__);
+    *m = new_handle(K_MODULE, NULL);
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+CUresult cuModuleUnload(CUmodule m)
+{
+    lock_big(__func__);
+    struct ent *e = live(m, K_MODULE, "cuModuleUnload");
+    if (e)
+        e->state = S_DEAD;
+    pthread_mutex_unlock(&big);
+    return e ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+    lock_big(__func__);
+    struct ent *e = live(m, K_MODULE, "cuModuleGetFunction");
+    if (e) {
+        struct func *fn = malloc(sizeof *fn);
+        fn->layout = layout_of(name);
+        fn->module = m;
+        *f = new_handle(K_FUNC, fn);
+    }
+    pthread_mutex_unlock(&big);
+    return e ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream s, void **params, void **extra)
+{
+    MAYBE_FAIL();
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)extra;
+    need_context("cuLaunchKernel");
+    struct op op = {.type = OP_KERNEL, .a = (uintptr_t)f};
+    lock_big(__func__);
+    int ok = check_stream(s, "cuLaunchKernel");
+    op.np = read_args(f, params, op.p, "cuLaunchKernel");
+    int c = capturing(s);
+    if (ok && c) {
+        push_op(capture_desc, op);
+        push_node(capture_desc, CU_GRAPH_NODE_TYPE_KERNEL, 0, 0);
+    }
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!c)
+        enqueue(W_KERNEL, NULL, &op, "kernel");
+    return OK;
+}
+
+/* ---------------------------------------------------------------- memory */
+CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes)
+{
+    MAYBE_FAIL();
+    (void)bytes;
+    need_context("cuMemAlloc");
+    lock_big(__func__);
+    *p = new_address(S_LIVE);
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+CUresult cuMemFree(CUdeviceptr p)
+{
+    need_context("cuMemFree");
+    wait_all(); /* cuMemFree synchronizes */
+    lock_big(__func__);
+    free_memory(p, "cuMemFree");
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+CUresult cuMemsetD8(CUdeviceptr p, unsigned char v, size_t n)
+{
+    (void)v; (void)n;
+    lock_big(__func__);
+    use_memory(p, "cuMemsetD8");
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
+{
+    volatile unsigned char sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum ^= ((const unsigned char *)src)[i];
+    lock_big(__func__);
+    use_memory(dst, "cuMemcpyHtoD");
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+    wait_all();
+    memset(dst, 0, n);
+    lock_big(__func__);
+    use_memory(src, "cuMemcpyDtoH");
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+static CUresult alloc_async(CUdeviceptr *p, size_t bytes, CUstream s, const char *call)
+{
+    MAYBE_FAIL();
+    need_context(call);
+    lock_big(__func__);
+    int ok = check_stream(s, call);
+    int c = capturing(s);
+    *p = new_address(c ? S_UNMAPPED : S_LIVE);
+    if (ok && c) {
+        push_op(capture_desc, (struct op){.type = OP_ALLOC, .a = *p});
+        push_node(capture_desc, CU_GRAPH_NODE_TYPE_MEM_ALLOC, *p, bytes);
+    }
+    pthread_mutex_unlock(&big);
+    return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s) { return alloc_async(p, bytes, s, "cuMemAllocAsync"); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t bytes, CUmemoryPool pool, CUstream s)
+{
+    lock_big(__func__);
+    int ok = live(pool, K_POOL, "cuMemAllocFromPoolAsync") != NULL;
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return alloc_async(p, bytes, s, "cuMemAllocFromPoolAsync");
+}
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    int ok = check_stream(s, "cuMemFreeAsync");
+    int c = capturing(s);
+    if (ok && c) {
+        push_op(capture_desc, (struct op){.type = OP_FREE, .a = p});
+        push_node(capture_desc, CU_GRAPH_NODE_TYPE_MEM_FREE, p, 0);
+    }
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!c)
+        enqueue(W_FREE, NULL, &(struct op){.a = p}, "cuMemFreeAsync");
+    return OK;
+}
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    volatile int t = props->allocType;
+    (void)t;
+    lock_big(__func__);
+    *pool = new_handle(K_POOL, NULL);
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    lock_big(__func__);
+    struct ent *e = live(pool, K_POOL, "cuMemPoolDestroy");
+    if (e)
+        e->state = S_DEAD;
+    pthread_mutex_unlock(&big);
+    return e ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    volatile int sum = 0;
+    for (size_t i = 0; i < count; i++)
+        sum += map[i].flags;
+    lock_big(__func__);
+    int ok = live(pool, K_POOL, "cuMemPoolSetAccess") != NULL;
+    pthread_mutex_unlock(&big);
+    return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool pool, CUmemLocation *location)
+{
+    (void)location->id;
+    *flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    lock_big(__func__);
+    int ok = live(pool, K_POOL, "cuMemPoolGetAccess") != NULL;
+    pthread_mutex_unlock(&big);
+    return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuDeviceGetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr, void *value)
+{
+    (void)d; (void)attr;
+    memset(value, 0, 8);
+    return OK;
+}
+CUresult cuDeviceSetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr, void *value)
+{
+    (void)d; (void)attr;
+    unsigned long long v;
+    memcpy(&v, value, 8);
+    return v == 0 ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuDeviceGraphMemTrim(CUdevice d) { (void)d; return OK; }
+
+/* ---------------------------------------------------------------- graphs */
+CUresult cuGraphCreate(CUgraph *g, unsigned int flags)
+{
+    MAYBE_FAIL();
+    (void)flags;
+    lock_big(__func__);
+    *g = new_handle(K_GRAPH, calloc(1, sizeof(struct gdesc)));
+    pthread_mutex_unlock(&big);
+    return OK;
+}
+/* Under `big`: the graph's desc, after checking the graph and reading the dependencies. */
+static struct gdesc *graph_for_node(CUgraph g, const CUgraphNode *deps, size_t count, const char *call)
+{
+    for (size_t i = 0; i < count; i++)
+        if (!live(deps[i], K_NODE, call))
+            return NULL;
+    struct ent *e = live(g, K_GRAPH, call);
+    return e ? e->desc : NULL;
+}
+static CUresult add_node(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, struct op *op,
+                         const char *call)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    struct gdesc *d = graph_for_node(g, deps, count, call);
+    if (d) {
+        if (op)
+            push_op(d, *op);
+        *n = new_handle(K_NODE, NULL);
+    }
+    pthread_mutex_unlock(&big);
+    return d ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphAddEmptyNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count)
+{
+    return add_node(n, g, deps, count, NULL, "cuGraphAddEmptyNode");
+}
+CUresult cuGraphAddMemAllocNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *params)
+{
+    volatile int sum = 0;
+    for (size_t i = 0; i < params->accessDescCount; i++)
+        sum += params->accessDescs[i].flags;
+    lock_big(__func__);
+    params->dptr = new_address(S_UNMAPPED);
+    pthread_mutex_unlock(&big);
+    struct op op = {.type = OP_ALLOC, .a = params->dptr};
+    return add_node(n, g, deps, count, &op, "cuGraphAddMemAllocNode");
+}
+CUresult cuGraphAddMemFreeNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUdeviceptr p)
+{
+    struct op op = {.type = OP_FREE, .a = p};
+    return add_node(n, g, deps, count, &op, "cuGraphAddMemFreeNode");
+}
+CUresult cuGraphAddKernelNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
+                              const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    struct op op = {.type = OP_KERNEL, .a = (uintptr_t)p->func};
+    lock_big(__func__);
+    op.np = read_args(p->func, p->kernelParams, op.p, "cuGraphAddKernelNode");
+    pthread_mutex_unlock(&big);
+    return add_node(n, g, deps, count, &op, "cuGraphAddKernelNode");
+}
+CUresult cuGraphAddHostNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
+                            const CUDA_HOST_NODE_PARAMS *p)
+{
+    struct op op = {.type = OP_HOST, .a = (uintptr_t)p->fn, .b = (uintptr_t)p->userData};
+    return add_node(n, g, deps, count, &op, "cuGraphAddHostNode");
+}
+CUresult cuGraphAddMemsetNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
+                              const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c)
+{
+    (void)c;
+    struct op op = {.type = OP_USE, .np = 1, .p = {p->dst}};
+    return add_node(n, g, deps, count, &op, "cuGraphAddMemsetNode");
+}
+CUresult cuGraphAddMemcpyNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
+                              const CUDA_MEMCPY3D *p, CUcontext c)
+{
+    (void)c;
+    struct op op = {.type = OP_USE, .np = 2, .p = {p->srcDevice, p->dstDevice}};
+    return add_node(n, g, deps, count, &op, "cuGraphAddMemcpyNode");
+}
+static CUresult add_event_node(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUevent ev,
+                               const char *call)
+{
+    lock_big(__func__);
+    int ok = live(ev, K_EVENT, call) != NULL;
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    struct op op = {.type = OP_EVENT, .a = (uintptr_t)ev};
+    return add_node(n, g, deps, count, &op, call);
+}
+CUresult cuGraphAddEventRecordNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUevent ev)
+{
+    return add_event_node(n, g, deps, count, ev, "cuGraphAddEventRecordNode");
+}
+CUresult cuGraphAddEventWaitNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUevent ev)
+{
+    return add_event_node(n, g, deps, count, ev, "cuGraphAddEventWaitNode");
+}
+/* Under `big`: appends `child`'s work to `parent`. */
+static void append_ops(struct gdesc *parent, const struct gdesc *child)
+{
+    for (size_t i = 0; i < child->n; i++)
+        push_op(parent, child->ops[i]);
+}
+CUresult cuGraphAddChildGraphNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUgraph child)
+{
+    lock_big(__func__);
+    struct ent *c = live(child, K_GRAPH, "cuGraphAddChildGraphNode");
+    struct gdesc *d = c ? graph_for_node(g, deps, count, "cuGraphAddChildGraphNode") : NULL;
+    if (d) {
+        append_ops(d, c->desc);
+        *n = new_handle(K_NODE, NULL);
+    }
+    pthread_mutex_unlock(&big);
+    return d ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphAddNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges,
+                        size_t count, CUgraphNodeParams *p)
+{
+    (void)edges;
+    if (p->type != CU_GRAPH_NODE_TYPE_GRAPH)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    lock_big(__func__);
+    struct ent *c = live(p->graph.graph, K_GRAPH, "cuGraphAddNode");
+    struct gdesc *d = c ? graph_for_node(g, deps, count, "cuGraphAddNode") : NULL;
+    if (d) {
+        struct gdesc *cd = c->desc;
+        append_ops(d, cd);
+        if (p->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE) {
+            for (size_t i = 0; i < cd->nobj; i++)
+                push_obj(d, cd->objs[i].o, cd->objs[i].count);
+            cd->nobj = 0;
+            c->state = S_MOVED;
+        }
+        *n = new_handle(K_NODE, NULL);
+    }
+    pthread_mutex_unlock(&big);
+    return d ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
+                                const CUgraphEdgeData *data, size_t count)
+{
+    (void)data;
+    lock_big(__func__);
+    int ok = live(g, K_GRAPH, "cuGraphAddDependencies") != NULL;
+    for (size_t i = 0; ok && i < count; i++)
+        ok = live(from[i], K_NODE, "cuGraphAddDependencies") && live(to[i], K_NODE, "cuGraphAddDependencies");
+    pthread_mutex_unlock(&big);
+    return ok ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphDestroy(CUgraph g)
+{
+    lock_big(__func__);
+    struct ent *e = live(g, K_GRAPH, "cuGraphDestroy");
+    struct gdesc *d = NULL;
+    if (e) {
+        e->state = S_DEAD;
+        d = e->desc;
+        e->desc = NULL;
+    }
+    pthread_mutex_unlock(&big);
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (sync_destroy()) {
+        release_objs(d);
+        free_desc(d);
+    } else
+        enqueue(W_RELEASE, d, NULL, "graph destroy");
+    return OK;
+}
+static CUresult instantiate(CUgraphExec *x, CUgraph g, unsigned long long flags, const char *call)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    struct ent *e = live(g, K_GRAPH, call);
+    if (e) {
+        struct gdesc *d = e->desc;
+        struct gdesc *xd = calloc(1, sizeof *xd);
+        append_ops(xd, d);
+        for (size_t i = 0; i < d->nobj; i++) {
+            __atomic_add_fetch(&d->objs[i].o->refs, 1, __ATOMIC_ACQ_REL);
+            push_obj(xd, d->objs[i].o, 1);
+        }
+        xd->flags = flags;
+        xd->graph = g;
+        *x = new_handle(K_EXEC, xd);
+    }
+    pthread_mutex_unlock(&big);
+    return e ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *x, CUgraph g, unsigned long long flags)
+{
+    return instantiate(x, g, flags, "cuGraphInstantiateWithFlags");
+}
+CUresult cuGraphInstantiateWithParams(CUgraphExec *x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+    lock_big(__func__);
+    int ok = check_stream(p->hUploadStream, "cuGraphInstantiateWithParams");
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = instantiate(x, g, p->flags, "cuGraphInstantiateWithParams");
+    p->hErrNode_out = NULL;
+    p->result_out = r == OK ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+    return r;
+}
+CUresult cuGraphLaunch(CUgraphExec x, CUstream s)
+{
+    MAYBE_FAIL();
+    need_context("cuGraphLaunch");
+    lock_big(__func__);
+    struct ent *e = live(x, K_EXEC, "cuGraphLaunch");
+    int ok = check_stream(s, "cuGraphLaunch") && e;
+    int c = capturing(s);
+    if (ok && !c)
+        enqueue(W_EXEC, e->desc, NULL, "launch"); /* under `big`: before any destroy of it */
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (c)
+        return CUDA_ERROR_NOT_SUPPORTED; /* no child-graph capture in this stub */
+    return OK;
+}
+CUresult cuGraphUpload(CUgraphExec x, CUstream s)
+{
+    lock_big(__func__);
+    int ok = live(x, K_EXEC, "cuGraphUpload") && check_stream(s, "cuGraphUpload");
+    pthread_mutex_unlock(&big);
+    return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuGraphExecDestroy(CUgraphExec x)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    struct ent *e = live(x, K_EXEC, "cuGraphExecDestroy");
+    struct gdesc *d = NULL;
+    if (e) {
+        e->state = S_DEAD;
+        d = e->desc;
+        /* Deferred after the launches queued before it, as the driver does. */
+        enqueue(W_RELEASE, d, NULL, "exec destroy");
+    }
+    pthread_mutex_unlock(&big);
+    return e ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* Captured graphs read back as their chain. */
+static struct gdesc *graph_desc(CUgraph g, const char *call)
+{
+    struct ent *e = live(g, K_GRAPH, call);
+    return e ? e->desc : NULL;
+}
+CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *count)
+{
+    lock_big(__func__);
+    struct gdesc *d = graph_desc(g, "cuGraphGetNodes");
+    size_t n = d ? d->nnodes : 0;
+    if (nodes) {
+        if (*count < n)
+            bad("cuGraphGetNodes: room for %zu nodes, %zu to write (the driver writes min)", *count, n);
+        for (size_t i = 0; i < n && i < *count; i++)
+            nodes[i] = d->nodes[i].node;
+    }
+    *count = n;
+    pthread_mutex_unlock(&big);
+    return d ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *data, size_t *count)
+{
+    lock_big(__func__);
+    struct gdesc *d = graph_desc(g, "cuGraphGetEdges");
+    size_t n = d && d->nnodes ? d->nnodes - 1 : 0;
+    if (from || to) {
+        if (!from || !to)
+            bad("cuGraphGetEdges: one of from/to is null");
+        for (size_t i = 0; from && to && i < n && i < *count; i++) {
+            from[i] = d->nodes[i].node;
+            to[i] = d->nodes[i + 1].node;
+            if (data)
+                memset(&data[i], 0, sizeof data[i]);
+        }
+    }
+    *count = n;
+    pthread_mutex_unlock(&big);
+    return d ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+static struct cnode *captured_node(CUgraphNode node)
+{
+    /* linear over every live graph is too slow; nodes remember nothing, so search the table */
+    for (size_t i = 0; i <= tab_mask; i++)
+        if (tab[i].key && tab[i].kind == K_GRAPH && tab[i].desc) {
+            struct gdesc *d = tab[i].desc;
+            for (size_t j = 0; j < d->nnodes; j++)
+                if (d->nodes[j].node == node)
+                    return &d->nodes[j];
+        }
+    return NULL;
+}
+CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
+{
+    lock_big(__func__);
+    struct cnode *n = captured_node(node);
+    if (n)
+        *type = (CUgraphNodeType)n->type;
+    pthread_mutex_unlock(&big);
+    return n ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *params)
+{
+    lock_big(__func__);
+    struct cnode *n = captured_node(node);
+    if (n && n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        memset(params, 0, sizeof *params);
+        params->bytesize = n->bytes;
+        params->dptr = n->address;
+    }
+    pthread_mutex_unlock(&big);
+    return n ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr *address)
+{
+    lock_big(__func__);
+    struct cnode *n = captured_node(node);
+    if (n && n->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+        *address = n->address;
+    pthread_mutex_unlock(&big);
+    return n ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphDebugDotPrint(CUgraph g, const char *path, unsigned int flags)
+{
+    (void)path; (void)flags;
+    lock_big(__func__);
+    int ok = live(g, K_GRAPH, "cuGraphDebugDotPrint") != NULL;
+    pthread_mutex_unlock(&big);
+    return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* ---------------------------------------------------------------- user objects */
+CUresult cuUserObjectCreate(CUuserObject *out, void *data, CUhostFn destroy, unsigned int count, unsigned int flags)
+{
+    MAYBE_FAIL();
+    if (flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+        bad("cuUserObjectCreate: flags %u", flags);
+    struct uobj *o = malloc(sizeof *o);
+    o->destroy = destroy;
+    o->data = data;
+    o->refs = (int)count;
+    *out = (CUuserObject)o;
+    return OK;
+}
+CUresult cuUserObjectRetain(CUuserObject o, unsigned int count)
+{
+    __atomic_add_fetch(&((struct uobj *)o)->refs, (int)count, __ATOMIC_ACQ_REL);
+    return OK;
+}
+CUresult cuUserObjectRelease(CUuserObject o, unsigned int count)
+{
+    if (!on_gpu_thread)
+        teardown_call(__func__);
+    release_obj((struct uobj *)o, (int)count);
+    return OK;
+}
+CUresult cuGraphRetainUserObject(CUgraph g, CUuserObject o, unsigned int count, unsigned int flags)
+{
+    MAYBE_FAIL();
+    struct uobj *obj = (struct uobj *)o;
+    lock_big(__func__);
+    struct ent *e = live(g, K_GRAPH, "cuGraphRetainUserObject");
+    if (e) {
+        if (!(flags & CU_GRAPH_USER_OBJECT_MOVE))
+            __atomic_add_fetch(&obj->refs, (int)count, __ATOMIC_ACQ_REL);
+        push_obj(e->desc, obj, (int)count);
+    }
+    pthread_mutex_unlock(&big);
+    return e ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+CUresult cuGraphReleaseUserObject(CUgraph g, CUuserObject o, unsigned int count)
+{
+    lock_big(__func__);
+    struct ent *e = live(g, K_GRAPH, "cuGraphReleaseUserObject");
+    int found = 0;
+    if (e) {
+        struct gdesc *d = e->desc;
+        for (size_t i = 0; i < d->nobj; i++)
+            if (d->objs[i].o == (struct uobj *)o && d->objs[i].count >= (int)count) {
+                d->objs[i].count -= (int)count;
+                found = 1;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&big);
+    if (found)
+        release_obj((struct uobj *)o, (int)count);
+    return found ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Calls that take no lock: checked here. */
+__attribute__((destructor)) static void teardown(void)
+{
+    const char *t = getenv("HUNT_TEARDOWN");
+    if (!t || *t != '1')
+        return;
+    pthread_mutex_lock(&wq);
+    unsigned long long pending = issued - done;
+    pthread_mutex_unlock(&wq);
+    fprintf(stderr, "HUNT: driver teardown at exit, %llu work items still queued\n", pending);
+    __atomic_store_n(&tearing_down, 1, __ATOMIC_SEQ_CST);
+    /* The GPU finishes its work; destructors run as it does. */
+    pthread_mutex_lock(&wq);
+    unsigned long long seq = issued;
+    while (done < seq)
+        pthread_cond_wait(&wq_done, &wq);
+    pthread_mutex_unlock(&wq);
+    usleep(300000); /* what the destructors set off has time to call in */
+    fprintf(stderr, "HUNT: teardown over: %d calls arrived during it\n", __atomic_load_n(&errors_at_exit, __ATOMIC_SEQ_CST));
+}

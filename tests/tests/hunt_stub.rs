@@ -1,0 +1,913 @@
+//! Host-side stress of the safe layer under concurrency, against `stub-driver/hunt_cuda.c`: a
+//! checking stand-in for the driver, built against the toolkit's `cuda.h`, whose "GPU" thread
+//! runs work later, in issue order, and calls CUDA user-object destructors and host functions
+//! there, as the driver's internal threads do; it reports (`HUNT ERROR`) every use of a
+//! destroyed, moved or unknown handle, double destroy, double free, work that touches freed
+//! device memory when it runs, relaunch over a live allocation without AutoFreeOnLaunch, and
+//! CUDA calls made while the driver is torn down at process exit. The stress mimics
+//! `stress_streams.rs` and soundness.rs's `relaunch_into_streams_another_thread_shares_...`
+//! (two threads sharing four streams), adds drops while in flight, drops on other threads,
+//! captures, stream allocations, events, memset/memcpy/event/host nodes and flushes, and runs
+//! once more with failures injected into driver calls. Meant to be run under valgrind, ASan and
+//! TSan too (see the report that introduced it).
+//!
+//! Each test runs in a child process of its own (the stub is the whole process's driver, and
+//! one test checks what happens at exit). The stub is compiled by the first test that needs it
+//! (`cc`, against the headers cuda-graph-sys used); without those headers or a C compiler the
+//! tests print `SKIPPED` and pass. `HUNT_LIB` names a prebuilt stub instead; `HUNT_ROUNDS`
+//! changes the stress's rounds (200).
+
+#![allow(clippy::undocumented_unsafe_blocks, clippy::too_many_arguments)]
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use cuda_graph::{
+    AllocParams, AsStream, BorrowedStream, CaptureMode, Device, DeviceBuffer, Event, EventFlags,
+    ExecGraph, Function, Graph, GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig,
+    Module, Stream, StreamAllocation, StreamFlags, capture, flush_deferred, live_objects,
+};
+
+const WORDS: u64 = 1 << 10;
+const BYTES: usize = WORDS as usize * 4;
+
+/// The checking stub, built once (or `HUNT_LIB`); `Err` says why there is none.
+fn stub_path() -> Result<PathBuf, String> {
+    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Ok(lib) = std::env::var("HUNT_LIB") {
+            return Ok(PathBuf::from(lib));
+        }
+        let include = env!("CUDA_GRAPH_TESTS_CUDA_INCLUDE");
+        if include.is_empty() {
+            return Err("cuda-graph-sys found no CUDA headers to build it against".into());
+        }
+        let source = include_str!("../stub-driver/hunt_cuda.c");
+        let hash = source
+            .bytes()
+            .chain(include.bytes())
+            .fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            });
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hunt-stub");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let lib = dir.join(format!("libhunt_{hash:016x}.so"));
+        if lib.is_file() {
+            return Ok(lib);
+        }
+        let src = dir.join(format!("hunt_{}.c", std::process::id()));
+        std::fs::write(&src, source).map_err(|e| e.to_string())?;
+        let tmp = dir.join(format!("libhunt.{}.so", std::process::id()));
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let out = Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O1", "-g", "-I", include, "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .arg("-lpthread")
+            .output()
+            .map_err(|e| format!("{cc}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{cc} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        std::fs::rename(&tmp, &lib).map_err(|e| e.to_string())?;
+        Ok(lib)
+    })
+    .clone()
+}
+
+/// In the child: loads the stub as the driver.
+fn use_stub() {
+    let path = stub_path().expect("the stub was built by the parent");
+    // SAFETY: before this process's first driver call; the test thread reads no other
+    // environment meanwhile.
+    unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", &path) };
+}
+
+/// The number of `HUNT ERROR`s the loaded stub reported.
+fn hunt_errors() -> i32 {
+    let path = CString::new(stub_path().unwrap().into_os_string().into_encoded_bytes()).unwrap();
+    unsafe {
+        let lib = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(!lib.is_null(), "the hunt stub is loaded");
+        let f = libc::dlsym(lib, c"hunt_errors".as_ptr());
+        assert!(!f.is_null());
+        let f: extern "C" fn() -> i32 = std::mem::transmute(f);
+        let n = f();
+        libc::dlclose(lib);
+        n
+    }
+}
+
+/// Runs `body` in a child process of this test binary with `env` set (the test `name`,
+/// `HUNT_CHILD` naming it); returns its exit status and its output (stdout and stderr), or
+/// `None` when the stub could not be built (printed as a skip). Kills the child after 120 s.
+fn isolated(name: &str, env: &[(&str, &str)], body: fn()) -> Option<(bool, String)> {
+    if std::env::var("HUNT_CHILD").as_deref() == Ok(name) {
+        use_stub();
+        body();
+        return None;
+    }
+    if let Err(why) = stub_path() {
+        println!("SKIPPED {name}: the checking stub driver could not be built ({why})");
+        return None;
+    }
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            name,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("HUNT_CHILD", name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("the child test process");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((status.is_some_and(|s| s.success()), text))
+}
+
+struct K {
+    copy: Function,
+    add: Function,
+    fill: Function,
+    spin: Function,
+    _module: Module,
+}
+
+fn cfg() -> LaunchConfig {
+    LaunchConfig {
+        grid: (4, 1, 1),
+        block: (64, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn spin(k: &K, s: &impl AsStream) {
+    let args = KernelArgs::new()
+        .value(0u64)
+        .value(0u64)
+        .value(0u32)
+        .value(1000u64);
+    unsafe { k.spin.launch(s, cfg(), &args) }.unwrap();
+}
+
+/// Producer: alloc node (no free), copy src into it, add 1 to src, and a host node.
+fn producer(
+    d: &Device,
+    k: &K,
+    src: &DeviceBuffer<u32>,
+    hits: &Arc<AtomicUsize>,
+) -> (Graph, GraphAllocation) {
+    let mut g = Graph::new(d).unwrap();
+    let (alloc, a) = g
+        .add_mem_alloc_node(&[], &AllocParams::new(d, BYTES).label("A"))
+        .unwrap();
+    let copy = unsafe {
+        g.add_kernel_node(
+            &[alloc],
+            &k.copy,
+            cfg(),
+            &KernelArgs::new().ptr(&a).ptr(src).value(WORDS),
+        )
+    }
+    .unwrap();
+    let add = unsafe {
+        g.add_kernel_node(
+            &[copy],
+            &k.add,
+            cfg(),
+            &KernelArgs::new().ptr(src).value(WORDS).value(1u32),
+        )
+    }
+    .unwrap();
+    let h = hits.clone();
+    // On the heap: a host function run after its closure is freed reads freed memory.
+    let payload = Box::new([7u8; 64]);
+    g.add_host_node(&[add], move || {
+        assert_eq!(payload[63], 7);
+        h.fetch_add(1, Ordering::Relaxed);
+    })
+    .unwrap();
+    (g, a)
+}
+
+fn consumer(
+    d: &Device,
+    k: &K,
+    a: &GraphAllocation,
+    out: &DeviceBuffer<u32>,
+    sp: bool,
+) -> ExecGraph {
+    let mut g = Graph::new(d).unwrap();
+    let deps = if sp {
+        let args = KernelArgs::new()
+            .value(0u64)
+            .value(0u64)
+            .value(0u32)
+            .value(1000u64);
+        vec![unsafe { g.add_kernel_node(&[], &k.spin, cfg(), &args) }.unwrap()]
+    } else {
+        Vec::new()
+    };
+    unsafe {
+        g.add_kernel_node(
+            &deps,
+            &k.copy,
+            cfg(),
+            &KernelArgs::new().ptr(out).ptr(a).value(WORDS),
+        )
+    }
+    .unwrap();
+    g.instantiate(InstantiateFlags::NONE).unwrap()
+}
+
+fn copy_out(k: &K, s: &impl AsStream, out: &DeviceBuffer<u32>, a: &GraphAllocation) {
+    let args = KernelArgs::new().ptr(out).ptr(a).value(WORDS);
+    unsafe { k.copy.launch(s, cfg(), &args) }.unwrap();
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+static CAPTURE_LOCK: Mutex<()> = Mutex::new(());
+
+#[allow(clippy::too_many_lines)]
+fn worker(d: &Device, k: &K, streams: &[Stream; 4], t: usize, rounds: usize, start: &Barrier) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let src: Vec<DeviceBuffer<u32>> = (0..4)
+        .map(|v| DeviceBuffer::from_slice(d, &vec![v as u32; WORDS as usize]).unwrap())
+        .collect();
+    let out: Vec<DeviceBuffer<u32>> = (0..5)
+        .map(|_| DeviceBuffer::<u32>::zeroed(d, WORDS as usize).unwrap())
+        .collect();
+    let (graph0, a0) = producer(d, k, &src[0], &hits);
+    let p0 = graph0.instantiate(InstantiateFlags::NONE).unwrap();
+    let c0 = consumer(d, k, &a0, &out[0], true);
+    let (graph1, a1) = producer(d, k, &src[1], &hits);
+    let p1 = graph1.instantiate(InstantiateFlags::NONE).unwrap();
+    let mut freer = Graph::new(d).unwrap();
+    freer.add_mem_free_node(&[], &a1).unwrap();
+    let f1 = freer.instantiate(InstantiateFlags::NONE).unwrap();
+    let (graph3, a3) = producer(d, k, &src[3], &hits);
+    let p3 = graph3
+        .instantiate(InstantiateFlags::AUTO_FREE_ON_LAUNCH)
+        .unwrap();
+    let c3a = consumer(d, k, &a3, &out[3], true);
+    let c3b = consumer(d, k, &a3, &out[4], false);
+    let mut probe_graph = Graph::new(d).unwrap();
+    let probes: Vec<GraphAllocation> = (0..4)
+        .map(|_| {
+            let (alloc, p) = probe_graph
+                .add_mem_alloc_node(&[], &AllocParams::new(d, BYTES))
+                .unwrap();
+            let args = KernelArgs::new().ptr(&p).value(WORDS).value(5u32);
+            unsafe { probe_graph.add_kernel_node(&[alloc], &k.fill, cfg(), &args) }.unwrap();
+            p
+        })
+        .collect();
+    let q = probe_graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let first_read = Event::with_flags(d, EventFlags::DISABLE_TIMING).unwrap();
+    let own = Stream::with_flags(d, StreamFlags::NON_BLOCKING, 0).unwrap();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+
+    start.wait();
+    for round in 0..rounds {
+        let rot = (round + 2 * t) % 4;
+        let [prod, cons, free, other] = [0, 1, 2, 3].map(|j| &streams[(rot + j) % 4]);
+        let (graph2, a2) = producer(d, k, &src[2], &hits);
+        let p2 = graph2.instantiate(InstantiateFlags::NONE).unwrap();
+        let c2 = consumer(d, k, &a2, &out[2], true);
+
+        spin(k, prod);
+        p0.launch(prod).unwrap();
+        p1.launch(prod).unwrap();
+        p2.launch(prod).unwrap();
+        p3.launch(prod).unwrap();
+
+        c0.launch(cons).unwrap();
+        first_read.record(cons).unwrap();
+        if rng.next() % 4 == 0 {
+            // A use on the per-thread default stream before the free.
+            copy_out(k, &BorrowedStream::per_thread(d), &out[0], &a0);
+        }
+        a0.free_async(free).unwrap();
+
+        spin(k, cons);
+        copy_out(k, cons, &out[1], &a1);
+        f1.launch(free).unwrap();
+
+        c2.launch(cons).unwrap();
+        // RAII drops while in flight, in a random order.
+        match rng.next() % 3 {
+            0 => drop((c2, p2, graph2, a2)),
+            1 => drop((a2, graph2, p2, c2)),
+            _ => {
+                // Dropped on another thread.
+                std::thread::spawn(move || drop((p2, c2, a2, graph2)))
+                    .join()
+                    .unwrap();
+            }
+        }
+
+        c3a.launch(cons).unwrap();
+        p3.launch(free).unwrap();
+        c3b.launch(other).unwrap();
+
+        q.launch(free).unwrap();
+        let _ = first_read.is_complete().unwrap();
+        for (o, p) in out.iter().zip(&probes) {
+            copy_out(k, free, o, p);
+        }
+
+        // Extras.
+        match rng.next() % 6 {
+            0 => {
+                // A stream allocation used on another stream, dropped at once.
+                let sa = StreamAllocation::new(other, BYTES).unwrap();
+                let args = KernelArgs::new().ptr(&sa).value(WORDS).value(1u32);
+                unsafe { k.fill.launch(prod, cfg(), &args) }.unwrap();
+                drop(sa);
+            }
+            1 => {
+                // A memset/memcpy/event graph over a buffer, dropped while in flight.
+                let buf = DeviceBuffer::<u32>::zeroed(d, WORDS as usize).unwrap();
+                let ev = Event::new(d).unwrap();
+                let mut g = Graph::new(d).unwrap();
+                let m = g.add_memset_node(&[], &buf, 3, WORDS as usize).unwrap();
+                let c = g.add_memcpy_node(&[m], &out[0], &buf, BYTES).unwrap();
+                g.add_event_record_node(&[c], &ev).unwrap();
+                let x = g.instantiate(InstantiateFlags::NONE).unwrap();
+                x.launch(other).unwrap();
+                drop(g);
+                drop(buf);
+                drop(ev);
+                drop(x);
+            }
+            2 => {
+                // Events across streams.
+                let ev = Event::with_flags(d, EventFlags::DISABLE_TIMING).unwrap();
+                ev.record(prod).unwrap();
+                other.wait_event(&ev).unwrap();
+                drop(ev);
+            }
+            3 => {
+                // A capture on this thread's own stream.
+                let _serial = CAPTURE_LOCK.lock().unwrap();
+                let mode = if rng.next() % 2 == 0 {
+                    CaptureMode::Global
+                } else {
+                    CaptureMode::ThreadLocal
+                };
+                let (g, ()) = capture(&own, mode, |cap| {
+                    let p = cap.malloc_async(BYTES)?;
+                    let args = KernelArgs::new().ptr(&p).value(WORDS).value(9u32);
+                    unsafe { cap.launch(&k.fill, cfg(), &args)? };
+                    let args = KernelArgs::new().ptr(&out[1]).ptr(&p).value(WORDS);
+                    unsafe { cap.launch(&k.copy, cfg(), &args)? };
+                    cap.free_async(&p)
+                })
+                .unwrap();
+                let x = g.instantiate(InstantiateFlags::NONE).unwrap();
+                drop(g);
+                x.launch(&own).unwrap();
+                drop(x);
+            }
+            4 => {
+                flush_deferred();
+                let _ = d.drop_errors();
+                let _ = d.graph_mem_info().unwrap();
+            }
+            _ => {
+                d.graph_mem_trim().unwrap();
+            }
+        }
+
+        for s in streams {
+            s.synchronize().unwrap();
+        }
+        own.synchronize().unwrap();
+        for p in &probes {
+            p.free_async(free).unwrap();
+        }
+    }
+    for s in streams {
+        s.synchronize().unwrap();
+    }
+    // Leave a0..a3 live (escaping): their RAII frees run at drop.
+    drop((p0, p1, p3, c0, c3a, c3b, f1, q));
+    drop((graph0, graph1, graph3, freer, probe_graph));
+    drop((a0, a1, a3));
+    drop(own);
+}
+
+fn stress_body() {
+    let rounds: usize = std::env::var("HUNT_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let d = Device::get(0).unwrap();
+    let module = Module::from_ptx(&d, cuda_graph::kernels::PTX).unwrap();
+    let k = K {
+        copy: module.function("copy_u32").unwrap(),
+        add: module.function("add_u32").unwrap(),
+        fill: module.function("fill_u32").unwrap(),
+        spin: module.function("spin_then_fill_u32").unwrap(),
+        _module: module.clone(),
+    };
+    drop(module);
+    let live_start = live_objects();
+    let streams = [(); 4].map(|()| Stream::with_flags(&d, StreamFlags::NON_BLOCKING, 0).unwrap());
+    let start = Barrier::new(2);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let flusher = scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                flush_deferred();
+                let _ = d.drop_errors();
+                let _ = live_objects();
+                std::thread::yield_now();
+            }
+        });
+        let workers: Vec<_> = (0..2)
+            .map(|t| {
+                let (d, k, streams, start) = (&d, &k, &streams, &start);
+                scope.spawn(move || worker(d, k, streams, t, rounds, start))
+            })
+            .collect();
+        for w in workers {
+            w.join().expect("a worker panicked");
+        }
+        stop.store(true, Ordering::Relaxed);
+        flusher.join().unwrap();
+    });
+    drop(streams);
+    // Settle.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        d.synchronize().unwrap();
+        let queued = flush_deferred();
+        if (live_objects() == live_start && queued == 0) || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    d.graph_mem_trim().unwrap();
+    d.synchronize().unwrap();
+    let errors = d.drop_errors();
+    println!("live at end: {}", live_objects());
+    println!("drop errors: {errors:?}");
+    let n = hunt_errors();
+    assert_eq!(n, 0, "the stub reported {n} errors (HUNT ERROR lines)");
+    assert_eq!(errors.count, 0, "drop errors: {errors:?}");
+    assert_eq!(live_objects(), live_start, "objects left");
+}
+
+fn sanity_body() {
+    let d = Device::get(0).unwrap();
+    let module = Module::from_ptx(&d, cuda_graph::kernels::PTX).unwrap();
+    let fill = module.function("fill_u32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    let mut g = Graph::new(&d).unwrap();
+    let (n, a) = g
+        .add_mem_alloc_node(&[], &AllocParams::new(&d, BYTES))
+        .unwrap();
+    unsafe {
+        g.add_kernel_node(
+            &[n],
+            &fill,
+            cfg(),
+            &KernelArgs::new().ptr(&a).value(WORDS).value(1u32),
+        )
+    }
+    .unwrap();
+    let x = g.instantiate(InstantiateFlags::NONE).unwrap();
+    x.launch(&s).unwrap();
+    a.free_async(&s).unwrap();
+    let before = hunt_errors();
+    unsafe {
+        let _ = cuda_graph::sys::cuMemFreeAsync(a.ptr(), s.as_raw());
+    }
+    s.synchronize().unwrap();
+    // A kernel on freed memory.
+    let p = a.ptr();
+    unsafe {
+        fill.launch(
+            &s,
+            cfg(),
+            &KernelArgs::new().value(p).value(WORDS).value(1u32),
+        )
+    }
+    .unwrap();
+    s.synchronize().unwrap();
+    let ev = Event::new(&d).unwrap();
+    let raw = ev.as_raw();
+    drop(ev);
+    flush_deferred();
+    unsafe {
+        let _ = cuda_graph::sys::cuEventRecord(raw, s.as_raw());
+    }
+    let after = hunt_errors();
+    assert_eq!(after - before, 3, "three errors reported");
+}
+
+/// One round of the fault-injection stress: everything may fail (HUNT_FAIL_PCT); errors end the
+/// round early, dropping what was made so far.
+#[allow(clippy::too_many_lines)]
+fn fault_round(
+    d: &Device,
+    k: &K,
+    streams: &[Stream; 4],
+    own: &Stream,
+    persistent: &mut Option<(ExecGraph, GraphAllocation, Graph)>,
+    out: &[DeviceBuffer<u32>],
+    round: usize,
+    t: usize,
+    rng: &mut Rng,
+) -> cuda_graph::Result<()> {
+    let rot = (round + 2 * t) % 4;
+    let [prod, cons, free, other] = [0, 1, 2, 3].map(|j| &streams[(rot + j) % 4]);
+    let hits = Arc::new(AtomicUsize::new(0));
+    // Producer / consumer / freer, made this round.
+    let mut g = Graph::new(d)?;
+    let (n, a) = g.add_mem_alloc_node(&[], &AllocParams::new(d, BYTES))?;
+    let n2 = unsafe {
+        g.add_kernel_node(
+            &[n],
+            &k.fill,
+            cfg(),
+            &KernelArgs::new().ptr(&a).value(WORDS).value(1u32),
+        )
+    }?;
+    let h = hits.clone();
+    g.add_host_node(&[n2], move || {
+        h.fetch_add(1, Ordering::Relaxed);
+    })?;
+    let flags = if rng.next() % 2 == 0 {
+        InstantiateFlags::AUTO_FREE_ON_LAUNCH
+    } else {
+        InstantiateFlags::NONE
+    };
+    let p = g.instantiate(flags)?;
+    let mut cg = Graph::new(d)?;
+    unsafe {
+        cg.add_kernel_node(
+            &[],
+            &k.copy,
+            cfg(),
+            &KernelArgs::new().ptr(&out[0]).ptr(&a).value(WORDS),
+        )
+    }?;
+    let c = cg.instantiate(InstantiateFlags::NONE)?;
+    let mut fg = Graph::new(d)?;
+    fg.add_mem_free_node(&[], &a)?;
+    let f = fg.instantiate(InstantiateFlags::NONE)?;
+    spin_res(k, prod)?;
+    p.launch(prod)?;
+    if flags == InstantiateFlags::AUTO_FREE_ON_LAUNCH && rng.next() % 2 == 0 {
+        c.launch(cons)?;
+        p.launch(other)?;
+    }
+    c.launch(cons)?;
+    copy_out_res(k, other, &out[1], &a)?;
+    match rng.next() % 4 {
+        0 => a.free_async(free)?,
+        1 => f.launch(free)?,
+        2 => {} // RAII
+        _ => {
+            drop(p);
+            drop(g);
+        }
+    }
+    // Persistent AutoFree graph relaunched across streams.
+    if persistent.is_none() {
+        let mut pg = Graph::new(d)?;
+        let (n, pa) = pg.add_mem_alloc_node(&[], &AllocParams::new(d, BYTES))?;
+        unsafe {
+            pg.add_kernel_node(
+                &[n],
+                &k.fill,
+                cfg(),
+                &KernelArgs::new().ptr(&pa).value(WORDS).value(2u32),
+            )
+        }?;
+        let px = pg.instantiate(InstantiateFlags::AUTO_FREE_ON_LAUNCH)?;
+        *persistent = Some((px, pa, pg));
+    }
+    if let Some((px, pa, _)) = persistent.as_ref() {
+        px.launch(other)?;
+        copy_out_res(k, cons, &out[2], pa)?;
+        if rng.next() % 8 == 0 {
+            pa.free_async(free)?;
+        }
+    }
+    match rng.next() % 5 {
+        0 => {
+            let sa = StreamAllocation::new(other, BYTES)?;
+            let args = KernelArgs::new().ptr(&sa).value(WORDS).value(1u32);
+            unsafe { k.fill.launch(prod, cfg(), &args) }?;
+            if rng.next() % 2 == 0 {
+                sa.free_async()?;
+            }
+        }
+        1 => {
+            let _serial = CAPTURE_LOCK.lock().unwrap();
+            let mode = if rng.next() % 2 == 0 {
+                CaptureMode::Global
+            } else {
+                CaptureMode::ThreadLocal
+            };
+            let (cg, ()) = capture(own, mode, |cap| {
+                let p = cap.malloc_async(BYTES)?;
+                let args = KernelArgs::new().ptr(&p).value(WORDS).value(9u32);
+                unsafe { cap.launch(&k.fill, cfg(), &args)? };
+                // A value dropped inside the capture: its release is put off.
+                drop(DeviceBuffer::<u32>::zeroed(d, 4));
+                if rng.next() % 2 == 0 {
+                    cap.free_async(&p)
+                } else {
+                    Ok(())
+                }
+            })?;
+            let x = cg.instantiate(InstantiateFlags::NONE)?;
+            x.launch(own)?;
+        }
+        2 => {
+            let buf = DeviceBuffer::<u32>::zeroed(d, WORDS as usize)?;
+            let ev = Event::new(d)?;
+            let mut g = Graph::new(d)?;
+            let m = g.add_memset_node(&[], &buf, 3, WORDS as usize)?;
+            let c = g.add_memcpy_node(&[m], &out[3], &buf, BYTES)?;
+            g.add_event_record_node(&[c], &ev)?;
+            let x = g.instantiate(InstantiateFlags::NONE)?;
+            x.launch(other)?;
+        }
+        3 => {
+            flush_deferred();
+            let _ = d.drop_errors();
+            d.graph_mem_trim()?;
+        }
+        _ => {
+            let ev = Event::with_flags(d, EventFlags::DISABLE_TIMING)?;
+            ev.record(prod)?;
+            other.wait_event(&ev)?;
+            let _ = ev.is_complete();
+        }
+    }
+    Ok(())
+}
+
+fn spin_res(k: &K, s: &impl AsStream) -> cuda_graph::Result<()> {
+    let args = KernelArgs::new()
+        .value(0u64)
+        .value(0u64)
+        .value(0u32)
+        .value(1000u64);
+    unsafe { k.spin.launch(s, cfg(), &args) }
+}
+
+fn copy_out_res(
+    k: &K,
+    s: &impl AsStream,
+    out: &DeviceBuffer<u32>,
+    a: &GraphAllocation,
+) -> cuda_graph::Result<()> {
+    let args = KernelArgs::new().ptr(out).ptr(a).value(WORDS);
+    unsafe { k.copy.launch(s, cfg(), &args) }
+}
+
+fn faults_body() {
+    let rounds: usize = std::env::var("HUNT_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    // Setup may fail too: retry.
+    let d = loop {
+        if let Ok(d) = Device::get(0) {
+            break d;
+        }
+    };
+    let (k, streams) = loop {
+        let made = (|| -> cuda_graph::Result<(K, [Stream; 4])> {
+            let module = Module::from_ptx(&d, cuda_graph::kernels::PTX)?;
+            let k = K {
+                copy: module.function("copy_u32")?,
+                add: module.function("add_u32")?,
+                fill: module.function("fill_u32")?,
+                spin: module.function("spin_then_fill_u32")?,
+                _module: module.clone(),
+            };
+            let s = [
+                Stream::new(&d)?,
+                Stream::new(&d)?,
+                Stream::new(&d)?,
+                Stream::new(&d)?,
+            ];
+            Ok((k, s))
+        })();
+        if let Ok(m) = made {
+            break m;
+        }
+    };
+    let errors = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for t in 0..2 {
+            let (d, k, streams, errors) = (&d, &k, &streams, &errors);
+            scope.spawn(move || {
+                let own = loop {
+                    if let Ok(s) = Stream::new(d) {
+                        break s;
+                    }
+                };
+                let out: Vec<DeviceBuffer<u32>> = (0..4)
+                    .map(|_| {
+                        loop {
+                            if let Ok(b) = DeviceBuffer::<u32>::zeroed(d, WORDS as usize) {
+                                break b;
+                            }
+                        }
+                    })
+                    .collect();
+                let mut rng = Rng(0x1234_5678 ^ ((t as u64 + 1) * 0x9E37));
+                let mut persistent = None;
+                for round in 0..rounds {
+                    if fault_round(
+                        d,
+                        k,
+                        streams,
+                        &own,
+                        &mut persistent,
+                        &out,
+                        round,
+                        t,
+                        &mut rng,
+                    )
+                    .is_err()
+                    {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if round % 17 == 0 {
+                        persistent = None;
+                    }
+                    for s in streams {
+                        let _ = s.synchronize();
+                    }
+                }
+            });
+        }
+    });
+    drop(streams);
+    for _ in 0..200 {
+        let _ = d.synchronize();
+        flush_deferred();
+    }
+    println!(
+        "rounds ended by an error: {}; drop errors: {:?}; live: {}",
+        errors.load(Ordering::Relaxed),
+        d.drop_errors().count,
+        live_objects()
+    );
+    let n = hunt_errors();
+    assert_eq!(n, 0, "the stub reported {n} errors (HUNT ERROR lines)");
+}
+
+/// Work in flight when the process exits: graphs launched and every handle dropped, then the
+/// test returns (HUNT_EXIT_PANIC=1: panics instead, as a failing GPU test does). With
+/// HUNT_TEARDOWN=1 and a long HUNT_DELAY_US the stub reports CUDA calls made during its
+/// exit-time teardown.
+fn exit_body() {
+    let d = Device::get(0).unwrap();
+    let module = Module::from_ptx(&d, cuda_graph::kernels::PTX).unwrap();
+    let fill = module.function("fill_u32").unwrap();
+    let s = Stream::new(&d).unwrap();
+    for _ in 0..4 {
+        let mut g = Graph::new(&d).unwrap();
+        let (n, a) = g
+            .add_mem_alloc_node(&[], &AllocParams::new(&d, BYTES))
+            .unwrap();
+        unsafe {
+            g.add_kernel_node(
+                &[n],
+                &fill,
+                cfg(),
+                &KernelArgs::new().ptr(&a).value(WORDS).value(1u32),
+            )
+        }
+        .unwrap();
+        let x = g.instantiate(InstantiateFlags::NONE).unwrap();
+        x.launch(&s).unwrap();
+        drop((x, g, a));
+    }
+    drop((fill, module, s));
+    println!("hunt_exit: returning with work in flight");
+    if std::env::var("HUNT_EXIT_PANIC").as_deref() == Ok("1") {
+        panic!("a failing test");
+    }
+}
+
+/// The stub's checks work: a raw second free, a kernel on freed memory and a raw record of a
+/// destroyed event are reported, three errors.
+#[test]
+fn stub_reports_misuse() {
+    let Some((ok, out)) = isolated("stub_reports_misuse", &[], sanity_body) else {
+        return;
+    };
+    assert!(ok, "the control failed:\n{out}");
+    assert_eq!(out.matches("HUNT ERROR").count(), 3, "{out}");
+}
+
+/// Two threads on four shared streams (see the module docs): no handle or device-memory misuse,
+/// no drop error, every object released at the end. Under valgrind, ASan or TSan: no report.
+#[test]
+fn two_threads_four_streams_misuse_nothing() {
+    let Some((ok, out)) = isolated(
+        "two_threads_four_streams_misuse_nothing",
+        &[("HUNT_DELAY_US", "50")],
+        stress_body,
+    ) else {
+        return;
+    };
+    assert!(ok, "{out}");
+}
+
+/// The same kind of work with about one driver call in 200 failing
+/// (`CUDA_ERROR_OUT_OF_MEMORY`): every error path of the safe layer, no misuse reported.
+#[test]
+fn injected_driver_failures_misuse_nothing() {
+    let Some((ok, out)) = isolated(
+        "injected_driver_failures_misuse_nothing",
+        &[("HUNT_FAIL_PM", "5"), ("HUNT_DELAY_US", "30")],
+        faults_body,
+    ) else {
+        return;
+    };
+    assert!(ok, "{out}");
+}
+
+/// The process exits (after a test passed, or failed) while launches are in flight and every
+/// handle is dropped: as the work completes, the driver runs the user objects' destructors,
+/// which wake the crate's release thread. The driver is being torn down then (exit runs its
+/// teardown after the atexit handlers); a release thread that calls it (frees, destroys,
+/// unloads, stream creation) races with that teardown. None may arrive.
+///
+/// Failed on 4d307c2 (16 calls from `cuda-graph-release` during the teardown; 3 when
+/// `tests/stress.rs` fails against the stub): the likely cause of the SIGSEGV and heap
+/// corruption of the failing GPU stress tests at exit.
+#[test]
+fn no_driver_call_from_the_release_thread_during_exit_teardown() {
+    for panic in ["0", "1"] {
+        let Some((_, out)) = isolated(
+            "no_driver_call_from_the_release_thread_during_exit_teardown",
+            &[
+                ("HUNT_TEARDOWN", "1"),
+                ("HUNT_DELAY_US", "40000"),
+                ("HUNT_EXIT_PANIC", panic),
+            ],
+            exit_body,
+        ) else {
+            return;
+        };
+        assert!(
+            out.contains("HUNT: teardown over"),
+            "the stub's teardown ran:\n{out}"
+        );
+        assert!(
+            out.contains("teardown over: 0 calls"),
+            "driver calls during the exit teardown (panic: {panic}):\n{out}"
+        );
+    }
+}
