@@ -26,7 +26,8 @@ fn build_reports_its_headers_and_bindings() {
 
 /// Where a toolkit is present, the build generated fresh bindings; the shipped file for the same
 /// version must be byte-for-byte the same (ci/gen-bindings.sh regenerates it). Without fresh
-/// bindings it prints `SKIPPED`, except under `CUDA_GRAPH_REQUIRE_BINDGEN=1`, where it fails.
+/// bindings it prints `SKIPPED`, except under `CUDA_GRAPH_REQUIRE_BINDGEN=1`, where it fails;
+/// for a version that ships no bindings it prints `SKIPPED` with that reason.
 #[test]
 fn shipped_bindings_match_fresh_output() {
     let fresh = include_str!(concat!(env!("OUT_DIR"), "/bindings.rs"));
@@ -45,11 +46,9 @@ fn shipped_bindings_match_fresh_output() {
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")
         .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
     let path = format!("{manifest_dir}/src/pregenerated/cuda_{CUDA_VERSION}.rs");
+    // Headers of a version without shipped bindings (12.3, the oldest supported) have nothing
+    // to compare with; .ci/run asserts this line for them and the comparison for the others.
     let Ok(shipped) = std::fs::read_to_string(&path) else {
-        assert!(
-            !bindgen_required(),
-            "CUDA_GRAPH_REQUIRE_BINDGEN=1 but no bindings ship for CUDA {CUDA_VERSION} to compare with"
-        );
         println!(
             "SKIPPED shipped_bindings_match_fresh_output: no bindings ship for CUDA {CUDA_VERSION}"
         );
