@@ -50,6 +50,14 @@ if command -v nvcc >/dev/null; then
   else
     cat "$logs/probe2.txt"; status=1
   fi
+  # Which sequences leave graph memory reserved after every allocation is freed and trimmed:
+  # printed, not judged (see the file's opening comment).
+  echo "##### escaped-allocation reserve probe (bench/probe/escaped_reserve.cu)"
+  if nvcc -O2 -o "$logs/escaped_reserve" bench/probe/escaped_reserve.cu -lcuda >"$logs/probe3.txt" 2>&1; then
+    "$logs/escaped_reserve"
+  else
+    cat "$logs/probe3.txt"; status=1
+  fi
 fi
 
 bench=target/release/cuda-graph-bench
