@@ -59,7 +59,13 @@ fn main() {
     }
 
     // tests/hunt_stub.rs compiles its checking stub driver against these headers (empty: none).
+    // The stub is written against the CUDA 13.0 driver API (its entry points' signatures): the
+    // tests exist only in builds on 13.0 headers or newer.
     println!("cargo::rustc-env=CUDA_GRAPH_TESTS_CUDA_INCLUDE={include}");
+    println!("cargo::rustc-check-cfg=cfg(cuda_graph_tests_hunt_stub)");
+    if !include.is_empty() && version.parse::<u32>().is_ok_and(|v| v >= 13000) {
+        println!("cargo::rustc-cfg=cuda_graph_tests_hunt_stub");
+    }
 
     if include.is_empty() {
         println!("cargo::rustc-cfg=cuda_graph_tests_no_abi_probe");

@@ -4,20 +4,51 @@
 //! there, as the driver's internal threads do; it reports (`HUNT ERROR`) every use of a
 //! destroyed, moved or unknown handle, double destroy, double free, work that touches freed
 //! device memory when it runs, relaunch over a live allocation without AutoFreeOnLaunch, and
-//! CUDA calls made while the driver is torn down at process exit. The stress mimics
-//! `stress_streams.rs` and soundness.rs's `relaunch_into_streams_another_thread_shares_...`
-//! (two threads sharing four streams), adds drops while in flight, drops on other threads,
-//! captures, stream allocations, events, memset/memcpy/event/host nodes and flushes, and runs
-//! once more with failures injected into driver calls. Meant to be run under valgrind, ASan and
-//! TSan too (see the report that introduced it).
+//! CUDA calls made while the driver is torn down at process exit. It runs no kernel code: it
+//! reads a launch's arguments by the kernel's layout and checks the addresses among them. The
+//! stress mimics `stress_streams.rs` and soundness.rs's
+//! `relaunch_into_streams_another_thread_shares_stays_in_order` (two threads sharing four
+//! streams), adds drops while in flight, drops on other threads, captures, stream allocations,
+//! events, memset/memcpy/event/host nodes and flushes, and runs once more with failures injected
+//! into driver calls.
+//!
+//! `no_driver_call_from_the_release_thread_during_exit_teardown` guards the crate's exit handler
+//! (`cuda-graph/src/deferred.rs`) that stops releases at process exit; it fails without it.
 //!
 //! Each test runs in a child process of its own (the stub is the whole process's driver, and
-//! one test checks what happens at exit). The stub is compiled by the first test that needs it
-//! (`cc`, against the headers cuda-graph-sys used); without those headers or a C compiler the
-//! tests print `SKIPPED` and pass. `HUNT_LIB` names a prebuilt stub instead; `HUNT_ROUNDS`
-//! changes the stress's rounds (200).
-
-#![allow(clippy::undocumented_unsafe_blocks, clippy::too_many_arguments)]
+//! one test checks what happens at exit): the test binary run again on that one test, with
+//! `HUNT_CHILD` naming it, which runs the test's body in that process. The stub is compiled by
+//! the first test that needs it (`cc`, against the headers cuda-graph-sys used). Without those
+//! headers or a C compiler each test prints `SKIPPED <test>: <reason>` and returns, except in CI
+//! (`CI=true`) and under `CUDA_GRAPH_REQUIRE_GPU=1`, where it fails: those runs count only tests
+//! that ran. `HUNT_LIB` names a prebuilt stub instead; `HUNT_ROUNDS` changes the stress's rounds
+//! (200).
+//!
+//! Under valgrind, ASan and TSan (with `CUDA_PATH` as for any build; `CI=true` makes a stub that
+//! failed to build fail the tests): a report makes the child fail, and so its test, except in the
+//! exit test, which does not check its children's exit status. Valgrind follows the children;
+//! run the tests once without it first, which builds the stub (else valgrind follows the C
+//! compiler too, whose reports fail the stub's build); fewer rounds keep the stress's child
+//! under the 120 s limit:
+//!
+//! ```text
+//! CI=true HUNT_ROUNDS=50 \
+//!   CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind -q --trace-children=yes --error-exitcode=1" \
+//!   cargo nextest run -p cuda-graph-tests --test hunt_stub
+//! ```
+//!
+//! ASan and TSan instrument the Rust side (nightly toolchain with `rust-src`), not the stub:
+//!
+//! ```text
+//! CI=true RUSTFLAGS=-Zsanitizer=address cargo +nightly test -Zbuild-std \
+//!   --target x86_64-unknown-linux-gnu -p cuda-graph-tests --test hunt_stub
+//! CI=true RUSTFLAGS=-Zsanitizer=thread cargo +nightly test -Zbuild-std \
+//!   --target x86_64-unknown-linux-gnu -p cuda-graph-tests --test hunt_stub
+//! ```
+//!
+//! The stub is written against the CUDA 13.0 driver API (its entry points' signatures), so
+//! this file holds tests only in builds on 13.0 headers or newer (`tests/build.rs`).
+#![cfg(cuda_graph_tests_hunt_stub)]
 
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -93,21 +124,41 @@ fn use_stub() {
 /// The number of `HUNT ERROR`s the loaded stub reported.
 fn hunt_errors() -> i32 {
     let path = CString::new(stub_path().unwrap().into_os_string().into_encoded_bytes()).unwrap();
-    unsafe {
-        let lib = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        assert!(!lib.is_null(), "the hunt stub is loaded");
-        let f = libc::dlsym(lib, c"hunt_errors".as_ptr());
-        assert!(!f.is_null());
-        let f: extern "C" fn() -> i32 = std::mem::transmute(f);
-        let n = f();
-        libc::dlclose(lib);
-        n
-    }
+    // SAFETY: `path` is a NUL-terminated string that outlives the call; with RTLD_NOLOAD, dlopen
+    // only takes a reference to the library if it is already loaded (as this process's driver),
+    // running no initializer.
+    let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!lib.is_null(), "the hunt stub is loaded");
+    // SAFETY: `lib` is the live handle dlopen returned; the symbol's name is a NUL-terminated
+    // literal.
+    let f = unsafe { libc::dlsym(lib, c"hunt_errors".as_ptr()) };
+    assert!(!f.is_null());
+    // SAFETY: `f` is the address of the stub's `int hunt_errors(void)` (`hunt_cuda.c`): a C
+    // function without parameters that returns a C `int`, which is `i32` here.
+    let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
+    // The reference taken above keeps the library, and so `f`, loaded until the dlclose.
+    let n = f();
+    // SAFETY: `lib` is the live handle of the dlopen above, closed once; `f` is not used after
+    // (the driver's own reference keeps the library loaded anyway).
+    unsafe { libc::dlclose(lib) };
+    n
+}
+
+/// Whether a stub that cannot be built must fail the test rather than skip it: in CI
+/// (`CI=true`) and under `CUDA_GRAPH_REQUIRE_GPU=1`, runs whose passes must mean the tests ran
+/// (the rule of `stub_common::stub_required`).
+fn stub_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        || cuda_graph_tests::gpu_required()
 }
 
 /// Runs `body` in a child process of this test binary with `env` set (the test `name`,
-/// `HUNT_CHILD` naming it); returns its exit status and its output (stdout and stderr), or
-/// `None` when the stub could not be built (printed as a skip). Kills the child after 120 s.
+/// `HUNT_CHILD` naming it); returns whether it exited successfully and its output (stdout and
+/// stderr), or `None` in the child itself (after `body`) and when the stub could not be built
+/// (printed as `SKIPPED <name>: <reason>`). Kills the child after 120 s (then: not a success).
+///
+/// # Panics
+/// When the stub could not be built, in CI (`CI=true`) or under `CUDA_GRAPH_REQUIRE_GPU=1`.
 fn isolated(name: &str, env: &[(&str, &str)], body: fn()) -> Option<(bool, String)> {
     if std::env::var("HUNT_CHILD").as_deref() == Ok(name) {
         use_stub();
@@ -115,7 +166,11 @@ fn isolated(name: &str, env: &[(&str, &str)], body: fn()) -> Option<(bool, Strin
         return None;
     }
     if let Err(why) = stub_path() {
-        println!("SKIPPED {name}: the checking stub driver could not be built ({why})");
+        let why = format!("the checking stub driver could not be built ({why})");
+        if stub_required() {
+            panic!("{name}: {why}, and CI=true or CUDA_GRAPH_REQUIRE_GPU=1 is set");
+        }
+        println!("SKIPPED {name}: {why}");
         return None;
     }
     let mut command = Command::new(std::env::current_exe().unwrap());
@@ -176,6 +231,8 @@ fn spin(k: &K, s: &impl AsStream) {
         .value(0u64)
         .value(0u32)
         .value(1000u64);
+    // SAFETY: spin_then_fill_u32(u32* p, u64 n, u32 v, u64 cycles) gets (null, 0, 0, 1000),
+    // matching in number, order and type; with n = 0 it writes nothing.
     unsafe { k.spin.launch(s, cfg(), &args) }.unwrap();
 }
 
@@ -190,6 +247,9 @@ fn producer(
     let (alloc, a) = g
         .add_mem_alloc_node(&[], &AllocParams::new(d, BYTES).label("A"))
         .unwrap();
+    // SAFETY: copy_u32(u32* dst, const u32* src, u64 n) gets (a, src, WORDS): `a` has BYTES
+    // (WORDS values), allocated by this graph's `alloc`, which the node depends on; `src` holds
+    // WORDS values.
     let copy = unsafe {
         g.add_kernel_node(
             &[alloc],
@@ -199,6 +259,7 @@ fn producer(
         )
     }
     .unwrap();
+    // SAFETY: add_u32(u32* p, u64 n, u32 v) gets (src, WORDS, 1); `src` holds WORDS values.
     let add = unsafe {
         g.add_kernel_node(
             &[copy],
@@ -233,10 +294,14 @@ fn consumer(
             .value(0u64)
             .value(0u32)
             .value(1000u64);
+        // SAFETY: spin_then_fill_u32(u32* p, u64 n, u32 v, u64 cycles) gets (null, 0, 0, 1000),
+        // matching in number, order and type; with n = 0 it writes nothing.
         vec![unsafe { g.add_kernel_node(&[], &k.spin, cfg(), &args) }.unwrap()]
     } else {
         Vec::new()
     };
+    // SAFETY: copy_u32(u32* dst, const u32* src, u64 n) gets (out, a, WORDS): `out` holds WORDS
+    // values, `a` has BYTES (WORDS values); the crate checks at each launch that `a` is live.
     unsafe {
         g.add_kernel_node(
             &deps,
@@ -251,6 +316,9 @@ fn consumer(
 
 fn copy_out(k: &K, s: &impl AsStream, out: &DeviceBuffer<u32>, a: &GraphAllocation) {
     let args = KernelArgs::new().ptr(out).ptr(a).value(WORDS);
+    // SAFETY: copy_u32(u32* dst, const u32* src, u64 n) gets (out, a, WORDS): `out` holds WORDS
+    // values, `a` has BYTES (WORDS values); passed with `ptr`, `a` is checked live and ordered
+    // after the launch that allocated it.
     unsafe { k.copy.launch(s, cfg(), &args) }.unwrap();
 }
 
@@ -296,6 +364,8 @@ fn worker(d: &Device, k: &K, streams: &[Stream; 4], t: usize, rounds: usize, sta
                 .add_mem_alloc_node(&[], &AllocParams::new(d, BYTES))
                 .unwrap();
             let args = KernelArgs::new().ptr(&p).value(WORDS).value(5u32);
+            // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (p, WORDS, 5): `p` has BYTES (WORDS
+            // values), allocated by `alloc`, which the node depends on.
             unsafe { probe_graph.add_kernel_node(&[alloc], &k.fill, cfg(), &args) }.unwrap();
             p
         })
@@ -360,6 +430,9 @@ fn worker(d: &Device, k: &K, streams: &[Stream; 4], t: usize, rounds: usize, sta
                 // A stream allocation used on another stream, dropped at once.
                 let sa = StreamAllocation::new(other, BYTES).unwrap();
                 let args = KernelArgs::new().ptr(&sa).value(WORDS).value(1u32);
+                // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (sa, WORDS, 1): `sa` has BYTES
+                // (WORDS values); passed with `ptr`, the launch is ordered after its allocation
+                // on `other`, and its free after the launch.
                 unsafe { k.fill.launch(prod, cfg(), &args) }.unwrap();
                 drop(sa);
             }
@@ -396,8 +469,12 @@ fn worker(d: &Device, k: &K, streams: &[Stream; 4], t: usize, rounds: usize, sta
                 let (g, ()) = capture(&own, mode, |cap| {
                     let p = cap.malloc_async(BYTES)?;
                     let args = KernelArgs::new().ptr(&p).value(WORDS).value(9u32);
+                    // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (p, WORDS, 9): `p` has BYTES
+                    // (WORDS values), allocated earlier in this capture.
                     unsafe { cap.launch(&k.fill, cfg(), &args)? };
                     let args = KernelArgs::new().ptr(&out[1]).ptr(&p).value(WORDS);
+                    // SAFETY: copy_u32(u32* dst, const u32* src, u64 n) gets (out[1], p, WORDS):
+                    // `out[1]` holds WORDS values, `p` as above, freed only after this node.
                     unsafe { cap.launch(&k.copy, cfg(), &args)? };
                     cap.free_async(&p)
                 })
@@ -506,6 +583,8 @@ fn sanity_body() {
     let (n, a) = g
         .add_mem_alloc_node(&[], &AllocParams::new(&d, BYTES))
         .unwrap();
+    // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (a, WORDS, 1): `a` has BYTES (WORDS values),
+    // allocated by `n`, which the node depends on.
     unsafe {
         g.add_kernel_node(
             &[n],
@@ -519,12 +598,18 @@ fn sanity_body() {
     x.launch(&s).unwrap();
     a.free_async(&s).unwrap();
     let before = hunt_errors();
+    // SAFETY: `s` is a live stream. The address was freed just above: a second free, the misuse
+    // under test, which the driver of this process (the stub, loaded by `isolated` before the
+    // first driver call) only looks up in its registry and reports; no device memory exists.
     unsafe {
         let _ = cuda_graph::sys::cuMemFreeAsync(a.ptr(), s.as_raw());
     }
     s.synchronize().unwrap();
     // A kernel on freed memory.
     let p = a.ptr();
+    // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (p, WORDS, 1), matching in number, order and
+    // type. `p` is freed: the misuse under test. The stub runs no kernel code, it only checks
+    // the address when the launch runs and reports it, so nothing accesses it.
     unsafe {
         fill.launch(
             &s,
@@ -538,6 +623,8 @@ fn sanity_body() {
     let raw = ev.as_raw();
     drop(ev);
     flush_deferred();
+    // SAFETY: `s` is a live stream. `raw` names a destroyed event, the misuse under test: the
+    // stub looks the handle up in its registry (never dereferencing it) and reports it.
     unsafe {
         let _ = cuda_graph::sys::cuEventRecord(raw, s.as_raw());
     }
@@ -545,26 +632,45 @@ fn sanity_body() {
     assert_eq!(after - before, 3, "three errors reported");
 }
 
-/// One round of the fault-injection stress: everything may fail (HUNT_FAIL_PCT); errors end the
+/// What one thread of the fault-injection stress works with, every round.
+#[derive(Clone, Copy)]
+struct FaultThread<'a> {
+    d: &'a Device,
+    k: &'a K,
+    streams: &'a [Stream; 4],
+    /// The thread's own stream, for captures.
+    own: &'a Stream,
+    /// Four buffers of WORDS values.
+    out: &'a [DeviceBuffer<u32>],
+    /// The thread's index.
+    t: usize,
+}
+
+/// One round of the fault-injection stress: everything may fail (HUNT_FAIL_PM); errors end the
 /// round early, dropping what was made so far.
 #[allow(clippy::too_many_lines)]
 fn fault_round(
-    d: &Device,
-    k: &K,
-    streams: &[Stream; 4],
-    own: &Stream,
+    thread: FaultThread<'_>,
     persistent: &mut Option<(ExecGraph, GraphAllocation, Graph)>,
-    out: &[DeviceBuffer<u32>],
     round: usize,
-    t: usize,
     rng: &mut Rng,
 ) -> cuda_graph::Result<()> {
+    let FaultThread {
+        d,
+        k,
+        streams,
+        own,
+        out,
+        t,
+    } = thread;
     let rot = (round + 2 * t) % 4;
     let [prod, cons, free, other] = [0, 1, 2, 3].map(|j| &streams[(rot + j) % 4]);
     let hits = Arc::new(AtomicUsize::new(0));
     // Producer / consumer / freer, made this round.
     let mut g = Graph::new(d)?;
     let (n, a) = g.add_mem_alloc_node(&[], &AllocParams::new(d, BYTES))?;
+    // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (a, WORDS, 1): `a` has BYTES (WORDS values),
+    // allocated by `n`, which the node depends on.
     let n2 = unsafe {
         g.add_kernel_node(
             &[n],
@@ -584,6 +690,9 @@ fn fault_round(
     };
     let p = g.instantiate(flags)?;
     let mut cg = Graph::new(d)?;
+    // SAFETY: copy_u32(u32* dst, const u32* src, u64 n) gets (out[0], a, WORDS): `out[0]` holds
+    // WORDS values, `a` has BYTES (WORDS values); the crate checks at each launch that `a` is
+    // live and orders the launch after the one that allocated it.
     unsafe {
         cg.add_kernel_node(
             &[],
@@ -617,6 +726,8 @@ fn fault_round(
     if persistent.is_none() {
         let mut pg = Graph::new(d)?;
         let (n, pa) = pg.add_mem_alloc_node(&[], &AllocParams::new(d, BYTES))?;
+        // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (pa, WORDS, 2): `pa` has BYTES (WORDS
+        // values), allocated by `n`, which the node depends on.
         unsafe {
             pg.add_kernel_node(
                 &[n],
@@ -639,6 +750,9 @@ fn fault_round(
         0 => {
             let sa = StreamAllocation::new(other, BYTES)?;
             let args = KernelArgs::new().ptr(&sa).value(WORDS).value(1u32);
+            // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (sa, WORDS, 1): `sa` has BYTES (WORDS
+            // values); passed with `ptr`, the launch is ordered after its allocation on `other`,
+            // and its free after the launch.
             unsafe { k.fill.launch(prod, cfg(), &args) }?;
             if rng.next() % 2 == 0 {
                 sa.free_async()?;
@@ -654,6 +768,8 @@ fn fault_round(
             let (cg, ()) = capture(own, mode, |cap| {
                 let p = cap.malloc_async(BYTES)?;
                 let args = KernelArgs::new().ptr(&p).value(WORDS).value(9u32);
+                // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (p, WORDS, 9): `p` has BYTES
+                // (WORDS values), allocated earlier in this capture.
                 unsafe { cap.launch(&k.fill, cfg(), &args)? };
                 // A value dropped inside the capture: its release is put off.
                 drop(DeviceBuffer::<u32>::zeroed(d, 4));
@@ -697,6 +813,8 @@ fn spin_res(k: &K, s: &impl AsStream) -> cuda_graph::Result<()> {
         .value(0u64)
         .value(0u32)
         .value(1000u64);
+    // SAFETY: spin_then_fill_u32(u32* p, u64 n, u32 v, u64 cycles) gets (null, 0, 0, 1000),
+    // matching in number, order and type; with n = 0 it writes nothing.
     unsafe { k.spin.launch(s, cfg(), &args) }
 }
 
@@ -707,6 +825,9 @@ fn copy_out_res(
     a: &GraphAllocation,
 ) -> cuda_graph::Result<()> {
     let args = KernelArgs::new().ptr(out).ptr(a).value(WORDS);
+    // SAFETY: copy_u32(u32* dst, const u32* src, u64 n) gets (out, a, WORDS): `out` holds WORDS
+    // values, `a` has BYTES (WORDS values); passed with `ptr`, `a` is checked live and ordered
+    // after the launch that allocated it.
     unsafe { k.copy.launch(s, cfg(), &args) }
 }
 
@@ -763,21 +884,17 @@ fn faults_body() {
                     })
                     .collect();
                 let mut rng = Rng(0x1234_5678 ^ ((t as u64 + 1) * 0x9E37));
+                let thread = FaultThread {
+                    d,
+                    k,
+                    streams,
+                    own: &own,
+                    out: &out,
+                    t,
+                };
                 let mut persistent = None;
                 for round in 0..rounds {
-                    if fault_round(
-                        d,
-                        k,
-                        streams,
-                        &own,
-                        &mut persistent,
-                        &out,
-                        round,
-                        t,
-                        &mut rng,
-                    )
-                    .is_err()
-                    {
+                    if fault_round(thread, &mut persistent, round, &mut rng).is_err() {
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
                     if round % 17 == 0 {
@@ -819,6 +936,8 @@ fn exit_body() {
         let (n, a) = g
             .add_mem_alloc_node(&[], &AllocParams::new(&d, BYTES))
             .unwrap();
+        // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (a, WORDS, 1): `a` has BYTES (WORDS
+        // values), allocated by `n`, which the node depends on.
         unsafe {
             g.add_kernel_node(
                 &[n],
@@ -839,8 +958,10 @@ fn exit_body() {
     }
 }
 
-/// The stub's checks work: a raw second free, a kernel on freed memory and a raw record of a
-/// destroyed event are reported, three errors.
+/// The stub's checks work. In a child, a raw second `cuMemFreeAsync` of a freed graph
+/// allocation, a `fill_u32` launch on that freed address and a raw `cuEventRecord` of a
+/// destroyed event raise the stub's error count (`hunt_errors()`) by exactly 3, asserted there;
+/// here: the child exited successfully, and its output holds exactly 3 `HUNT ERROR` lines.
 #[test]
 fn stub_reports_misuse() {
     let Some((ok, out)) = isolated("stub_reports_misuse", &[], sanity_body) else {
@@ -850,8 +971,11 @@ fn stub_reports_misuse() {
     assert_eq!(out.matches("HUNT ERROR").count(), 3, "{out}");
 }
 
-/// Two threads on four shared streams (see the module docs): no handle or device-memory misuse,
-/// no drop error, every object released at the end. Under valgrind, ASan or TSan: no report.
+/// Two threads on four shared streams (see the module docs), the stub delaying each work item by
+/// 50 µs, while a third thread flushes deferred releases. Asserted in the child: every call
+/// succeeds (none is expected to fail), the stub reported no `HUNT ERROR`, the device recorded
+/// no drop error, and `live_objects()` is back to its count before the streams were made; here:
+/// the child exited successfully within 120 s.
 #[test]
 fn two_threads_four_streams_misuse_nothing() {
     let Some((ok, out)) = isolated(
@@ -864,8 +988,11 @@ fn two_threads_four_streams_misuse_nothing() {
     assert!(ok, "{out}");
 }
 
-/// The same kind of work with about one driver call in 200 failing
-/// (`CUDA_ERROR_OUT_OF_MEMORY`): every error path of the safe layer, no misuse reported.
+/// The same kind of work, two threads on four shared streams, with about one in 200 of the
+/// stub's checked driver calls failing with `CUDA_ERROR_OUT_OF_MEMORY` (`HUNT_FAIL_PM=5`), so
+/// that the safe layer's error paths run. Asserted in the child: the stub reported no `HUNT
+/// ERROR` (rounds ended by an error, drop errors and live objects are printed, not checked);
+/// here: the child exited successfully within 120 s.
 #[test]
 fn injected_driver_failures_misuse_nothing() {
     let Some((ok, out)) = isolated(
@@ -878,15 +1005,16 @@ fn injected_driver_failures_misuse_nothing() {
     assert!(ok, "{out}");
 }
 
-/// The process exits (after a test passed, or failed) while launches are in flight and every
-/// handle is dropped: as the work completes, the driver runs the user objects' destructors,
-/// which wake the crate's release thread. The driver is being torn down then (exit runs its
-/// teardown after the atexit handlers); a release thread that calls it (frees, destroys,
-/// unloads, stream creation) races with that teardown. None may arrive.
+/// The process exits while launches are in flight and every handle is dropped, once after the
+/// test body returns and once after it panics (`HUNT_EXIT_PANIC`): as the work completes during
+/// the stub's exit-time teardown (`HUNT_TEARDOWN=1`, 40 ms per work item), the stub runs the
+/// user objects' destructors, which queue releases for the crate's release thread. For each of
+/// the two children, whatever its exit status, asserted: its output holds the stub's
+/// `HUNT: teardown over` line, reporting `0 calls` arrived during the teardown.
 ///
-/// Failed on 4d307c2 (16 calls from `cuda-graph-release` during the teardown; 3 when
-/// `tests/stress.rs` fails against the stub): the likely cause of the SIGSEGV and heap
-/// corruption of the failing GPU stress tests at exit.
+/// Guards the crate's exit handler (`cuda-graph/src/deferred.rs`), which stops releases at
+/// process exit: without it the release thread calls the driver during its teardown (stream
+/// creations, frees, destroys, a module unload), and this test fails.
 #[test]
 fn no_driver_call_from_the_release_thread_during_exit_teardown() {
     for panic in ["0", "1"] {
