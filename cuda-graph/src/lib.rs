@@ -155,7 +155,10 @@
 //! is destroyed after it. Captures begun by other code are not known: a release that then fails
 //! is recorded, not retried. A forgotten [`Capture`] guard leaves its stream capturing until the
 //! [`Stream`] drops, which ends the capture and records [`Error::CaptureLeftOpen`]
-//! (`forgotten_capture_is_ended_when_its_stream_drops`).
+//! (`forgotten_capture_is_ended_when_its_stream_drops`). Once the process begins to exit
+//! (an exit handler registered at [`init`], which runs before the driver's own teardown),
+//! releases are left to the process's end instead of calling a driver that is being torn
+//! down (`tests/hunt_stub.rs`, `no_driver_call_from_the_release_thread_during_exit_teardown`).
 //!
 //! Releases are ordered against capture beginnings: a release holds a process-wide gate shared
 //! from its check to its end, and [`Capture::begin`] holds it exclusively until the capture is
