@@ -120,8 +120,8 @@ pub(crate) fn check_size(call: &'static str, device: &Device, bytes: usize) -> R
             call,
             format!(
                 "an allocation of {} on a device of {}",
-                crate::graph_mem::Bytes(bytes as u64),
-                crate::graph_mem::Bytes(memory as u64)
+                crate::footprint::Bytes(bytes as u64),
+                crate::footprint::Bytes(memory as u64)
             ),
         ));
     }
@@ -157,7 +157,7 @@ struct AllocInner {
     /// their count, so that the common case takes no lock.
     more_free_graphs: Mutex<Vec<u64>>,
     more_free_count: AtomicUsize,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 /// Run-time state: whether a launch made the allocation live, and what work may still use it.
@@ -203,7 +203,9 @@ impl GraphAllocation {
                 free_graph: AtomicU64::new(0),
                 more_free_graphs: Mutex::new(Vec::new()),
                 more_free_count: AtomicUsize::new(0),
-                _tracked: crate::track::Tracked::new(crate::track::Kind::GraphAllocation),
+                _tracked: crate::live_objects::Tracked::new(
+                    crate::live_objects::Kind::GraphAllocation,
+                ),
             }),
         }
     }
@@ -494,7 +496,7 @@ impl fmt::Display for GraphAllocation {
                 f,
                 "allocation #{} ({} at {:#x})",
                 self.inner.id,
-                crate::graph_mem::Bytes(self.inner.bytes as u64),
+                crate::footprint::Bytes(self.inner.bytes as u64),
                 self.inner.ptr
             ),
         }

@@ -54,7 +54,7 @@ struct PrimaryContext {
     reaper: OnceLock<Result<sys::CUstream>>,
     /// `cuDeviceTotalMem`, once asked.
     total_memory: OnceLock<usize>,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 // SAFETY: a CUcontext and a CUdevice are process-wide handles that the driver lets any thread use;
@@ -130,7 +130,7 @@ impl Device {
                 context,
                 reaper: OnceLock::new(),
                 total_memory: OnceLock::new(),
-                _tracked: crate::track::Tracked::new(crate::track::Kind::Context),
+                _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Context),
             }),
         })
     }

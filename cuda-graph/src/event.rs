@@ -43,7 +43,7 @@ pub struct Event {
 struct EventInner {
     raw: sys::CUevent,
     device: Device,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 // SAFETY: the driver lets any thread record, wait on, query or destroy an event.
@@ -70,7 +70,7 @@ impl Event {
             inner: Arc::new(EventInner {
                 raw,
                 device: device.clone(),
-                _tracked: crate::track::Tracked::new(crate::track::Kind::Event),
+                _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Event),
             }),
         })
     }
@@ -136,7 +136,7 @@ impl Event {
             inner: Arc::new(EventInner {
                 raw,
                 device: device.clone(),
-                _tracked: crate::track::Tracked::new(crate::track::Kind::Event),
+                _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Event),
             }),
         }
     }

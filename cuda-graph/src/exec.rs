@@ -192,7 +192,7 @@ impl Graph {
             foreign_uses,
             locked,
             instantiated: memory_nodes.then(|| self.instantiated.clone()),
-            _tracked: crate::track::Tracked::new(crate::track::Kind::ExecGraph),
+            _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::ExecGraph),
         })
     }
 }
@@ -284,7 +284,7 @@ pub struct ExecGraph {
     /// Events of earlier launches, recorded again once no allocation holds them.
     events: std::cell::RefCell<Vec<Arc<crate::event::Event>>>,
     instantiated: Option<Arc<AtomicBool>>,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 // SAFETY: an executable graph may be launched or destroyed from any thread, one at a time;

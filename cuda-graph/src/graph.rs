@@ -10,7 +10,7 @@ use crate::alloc::{AllocParams, GraphAllocation};
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
-use crate::few::Few;
+use crate::inline_list::Few;
 use crate::memory::DeviceAddress;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::sys;
@@ -171,7 +171,7 @@ pub struct Graph {
     pub(crate) instantiated: Arc<AtomicBool>,
     /// Whether this value destroys `raw` on drop (false once moved into a parent).
     owns_raw: bool,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 // SAFETY: a CUgraph may be used from any thread as long as calls are not concurrent; `Graph`
@@ -227,7 +227,7 @@ impl Graph {
             keep_retained: std::cell::Cell::new(false),
             instantiated: Arc::new(AtomicBool::new(false)),
             owns_raw: true,
-            _tracked: crate::track::Tracked::new(crate::track::Kind::Graph),
+            _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Graph),
         }
     }
 

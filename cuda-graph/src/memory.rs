@@ -73,7 +73,7 @@ pub struct BufferMemory {
     ptr: sys::CUdeviceptr,
     bytes: usize,
     device: Device,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 impl Drop for BufferMemory {
@@ -121,7 +121,9 @@ impl<T: Pod> DeviceBuffer<T> {
                 ptr,
                 bytes,
                 device: device.clone(),
-                _tracked: crate::track::Tracked::new(crate::track::Kind::DeviceBuffer),
+                _tracked: crate::live_objects::Tracked::new(
+                    crate::live_objects::Kind::DeviceBuffer,
+                ),
             }),
             len,
             _type: PhantomData,

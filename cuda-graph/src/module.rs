@@ -8,8 +8,8 @@ use crate::alloc::GraphAllocation;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::few::Few;
 use crate::graph::Keep;
+use crate::inline_list::Few;
 use crate::memory::{BufferMemory, DeviceAddress, Owner};
 use crate::stream::{AsStream, CaptureStatus};
 use crate::stream_alloc::StreamMemory;
@@ -25,7 +25,7 @@ pub struct Module {
 struct ModuleInner {
     raw: sys::CUmodule,
     device: Device,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 // SAFETY: a module handle is usable from any thread; it is only read after loading.
@@ -82,7 +82,7 @@ impl Module {
             inner: Arc::new(ModuleInner {
                 raw,
                 device: device.clone(),
-                _tracked: crate::track::Tracked::new(crate::track::Kind::Module),
+                _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Module),
             }),
         })
     }

@@ -11,7 +11,7 @@ use crate::sys;
 pub struct MemPool {
     raw: sys::CUmemoryPool,
     device: Device,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 // SAFETY: a pool handle may be used from any thread; the driver synchronizes access.
@@ -37,7 +37,7 @@ impl MemPool {
         Ok(MemPool {
             raw,
             device: device.clone(),
-            _tracked: crate::track::Tracked::new(crate::track::Kind::MemPool),
+            _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::MemPool),
         })
     }
 

@@ -121,7 +121,7 @@ impl std::ops::BitOr for StreamFlags {
 pub struct Stream {
     raw: sys::CUstream,
     device: Device,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 // SAFETY: the driver lets any thread queue work on, synchronize or destroy a stream.
@@ -149,7 +149,7 @@ impl Stream {
         Ok(Stream {
             raw,
             device: device.clone(),
-            _tracked: crate::track::Tracked::new(crate::track::Kind::Stream),
+            _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Stream),
         })
     }
 
@@ -168,7 +168,7 @@ impl Stream {
         Stream {
             raw,
             device: device.clone(),
-            _tracked: crate::track::Tracked::new(crate::track::Kind::Stream),
+            _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Stream),
         }
     }
 

@@ -27,7 +27,7 @@ pub struct StreamMemory {
     device: Device,
     uses: Mutex<StreamUses>,
     freed: AtomicBool,
-    _tracked: crate::track::Tracked,
+    _tracked: crate::live_objects::Tracked,
 }
 
 impl StreamMemory {
@@ -128,7 +128,9 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
                 device: stream.device().clone(),
                 uses: Mutex::new(StreamUses::default()),
                 freed: AtomicBool::new(false),
-                _tracked: crate::track::Tracked::new(crate::track::Kind::StreamAllocation),
+                _tracked: crate::live_objects::Tracked::new(
+                    crate::live_objects::Kind::StreamAllocation,
+                ),
             })),
             stream,
             per_thread_of: (stream.as_raw_stream() == sys::CU_STREAM_PER_THREAD)

@@ -9,7 +9,7 @@
 use super::{AllocKey, Model};
 use crate::alloc::GraphAllocation;
 use crate::graph::{Graph, MemOp};
-use crate::idmap::IdMap;
+use crate::int_hash::IdMap;
 
 /// The stretch of nodes, before a node, that its ancestor set covers.
 const W: usize = 64;

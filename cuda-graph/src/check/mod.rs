@@ -66,7 +66,7 @@
 //! [`Rule::UseAfterFree`] costs O(N + E) per violation, on failure only. Memory: O(N + E + A).
 //! Naming the violations builds a [`Model`] of the record, on failure only.
 
-use crate::idmap::IdMap;
+use crate::int_hash::IdMap;
 use std::fmt;
 
 mod fast;
