@@ -134,7 +134,8 @@ impl Graph {
         retain_keep(self).map_err(release)?;
         let mut raw = std::ptr::null_mut();
         if upload.is_null() && !flags.contains(InstantiateFlags::UPLOAD) {
-            // The common path: WithFlags measured cheaper than WithParams on the H200.
+            // The common path: WithFlags costs less than WithParams (`bench/README.md`,
+            // "Measurements behind code choices").
             check(
                 // SAFETY: out-pointer valid; the graph is live.
                 unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.bits()) },

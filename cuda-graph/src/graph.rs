@@ -319,7 +319,8 @@ impl Graph {
 
     /// The driver's handles and the record's positions of `deps`, refusing a node of another
     /// graph and a node listed twice. One dependency needs no heap allocation, and is resolved
-    /// inline (about 100 fewer instructions per segment of a chain than a call).
+    /// inline: this is the builder's hot path (`bench/README.md`, "Measurements behind code
+    /// choices").
     #[inline(always)]
     fn resolve(
         &self,

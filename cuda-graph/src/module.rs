@@ -321,8 +321,8 @@ enum ArgOwner {
 }
 
 /// Arguments kept inline: words and arguments. A list this size stays under 128 bytes, which
-/// the builder methods move without a `memcpy` call; with 16 inline words, a chain's build and
-/// instantiation measured about 230 more instructions per kernel node.
+/// the builder methods move without a `memcpy` call (a larger one costs more per kernel node:
+/// `bench/README.md`, "Measurements behind code choices").
 const INLINE_ARGS: usize = 8;
 
 /// Argument bytes, each argument starting at a word boundary (8-byte alignment), and each
