@@ -1,5 +1,5 @@
-//! The lifetime check prevents a real fault, not a theoretical one (G.4.1, G.4.2 of
-//! `shared/seeds/000_fa0176e0d1c452bf.txt`).
+//! The lifetime check prevents a real fault, not a theoretical one (the guide's G.4.1 and
+//! G.4.2).
 //!
 //! Each test builds a graph in which a kernel writes an allocation `x` outside its lifetime (after
 //! its free node, or unordered with it) while a later alloc node, ordered after that free node,

@@ -1,4 +1,4 @@
-//! The rules of `cuGraphAddMemAllocNode` (`shared/seeds/002_730d335e8cd6e771.txt`) in the driver
+//! The rules of `cuGraphAddMemAllocNode` (the driver API reference's entry for it) in the driver
 //! API, in raw FFI, with the test kernels loaded by `cuModuleLoadData`:
 //!
 //! - the allocation's address (`nodeParams.dptr`) stays fixed across launches and across
