@@ -1,6 +1,7 @@
 //! One test per lifetime rule of `cuda_graph::check`, in both directions: a graph that breaks
 //! the rule is caught, with an error that names the nodes, the allocation and the edge; the legal
-//! graphs of every fragment of the guide's "Graph Memory Nodes" (G.3.1 without `d` and `e`, G.3.2's captured graph, G.3.3's three orderings, G.3.4, G.4.1's chains) pass.
+//! graphs of every fragment of the guide's "Graph Memory Nodes" (G.3.1 without `d` and `e`,
+//! G.3.2's captured graph, G.3.3's three orderings, G.3.4, G.4.1's chains) pass.
 //!
 //! Everything here runs on `Model`s, without a GPU.
 
