@@ -45,6 +45,60 @@ pub fn gpu_required() -> bool {
     std::env::var(REQUIRE_GPU_VAR).is_ok_and(|v| v.trim() == "1")
 }
 
+/// Whether a test that cannot run for want of a stub driver (it could not be built) must fail
+/// rather than skip: in CI (`CI=true`) and under `CUDA_GRAPH_REQUIRE_GPU=1`, runs whose passes
+/// must mean the tests ran.
+pub fn stub_required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true")) || gpu_required()
+}
+
+/// Runs the test `name` of the current test binary again, alone, in a child process, with
+/// `child_var` set to `name` (so that the child runs the test's body) and `env` set; kills it
+/// after `limit`. Returns its exit status (`None`: killed at the limit) and its output (stdout,
+/// then stderr).
+pub fn run_test_in_child(
+    name: &str,
+    child_var: &str,
+    env: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    use std::process::{Command, Stdio};
+    let mut command = Command::new(std::env::current_exe().expect("the test binary's path"));
+    command
+        .args([
+            name,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(child_var, name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().expect("the child test process");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the child's status") {
+            break Some(status);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().expect("the child's output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (status, text)
+}
+
 /// Detects a usable GPU: `cuInit` succeeds and `cuDeviceGetCount` and `cudaGetDeviceCount` both
 /// report at least one device.
 ///

@@ -18,7 +18,7 @@
 
 use std::ffi::{CString, c_int};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -222,45 +222,15 @@ fn isolated(name: &str, body: fn()) {
         return;
     }
     if let Err(why) = stub_path() {
-        let strict = std::env::var("CI").is_ok_and(|v| v == "true")
-            || std::env::var("CUDA_GRAPH_REQUIRE_GPU").is_ok_and(|v| v.trim() == "1");
         assert!(
-            !strict,
+            !cuda_graph_tests::stub_required(),
             "{name}: the extended stub driver could not be built ({why})"
         );
         println!("SKIPPED {name}: the extended stub driver could not be built ({why})");
         return;
     }
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            name,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ATTACK_CHILD", name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the child test process");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (status, text) =
+        cuda_graph_tests::run_test_in_child(name, "ATTACK_CHILD", &[], Duration::from_secs(60));
     match status {
         None => panic!("{name}: no result after 60 s (deadlock)\n{text}"),
         Some(s) if !s.success() => panic!("{name} failed:\n{text}"),

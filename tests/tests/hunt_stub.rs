@@ -52,10 +52,10 @@
 
 use std::ffi::CString;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cuda_graph::{
     AllocParams, AsStream, BorrowedStream, CaptureMode, Device, DeviceBuffer, Event, EventFlags,
@@ -144,14 +144,6 @@ fn hunt_errors() -> i32 {
     n
 }
 
-/// Whether a stub that cannot be built must fail the test rather than skip it: in CI
-/// (`CI=true`) and under `CUDA_GRAPH_REQUIRE_GPU=1`, runs whose passes must mean the tests ran
-/// (the rule of `stub_common::stub_required`).
-fn stub_required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
-        || cuda_graph_tests::gpu_required()
-}
-
 /// Runs `body` in a child process of this test binary with `env` set (the test `name`,
 /// `HUNT_CHILD` naming it); returns whether it exited successfully and its output (stdout and
 /// stderr), or `None` in the child itself (after `body`) and when the stub could not be built
@@ -167,45 +159,14 @@ fn isolated(name: &str, env: &[(&str, &str)], body: fn()) -> Option<(bool, Strin
     }
     if let Err(why) = stub_path() {
         let why = format!("the checking stub driver could not be built ({why})");
-        if stub_required() {
+        if cuda_graph_tests::stub_required() {
             panic!("{name}: {why}, and CI=true or CUDA_GRAPH_REQUIRE_GPU=1 is set");
         }
         println!("SKIPPED {name}: {why}");
         return None;
     }
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args([
-            name,
-            "--exact",
-            "--include-ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("HUNT_CHILD", name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().expect("the child test process");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (status, text) =
+        cuda_graph_tests::run_test_in_child(name, "HUNT_CHILD", env, Duration::from_secs(120));
     Some((status.is_some_and(|s| s.success()), text))
 }
 

@@ -47,13 +47,6 @@ pub fn stub_path() -> Result<PathBuf, String> {
     }
 }
 
-/// Whether a missing stub must fail the test: in CI (`CI=true`) and under
-/// `CUDA_GRAPH_REQUIRE_GPU=1`, runs whose passes must mean the tests ran.
-fn stub_required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true"))
-        || cuda_graph_tests::gpu_required()
-}
-
 /// The device behind the stub driver, and a kernel; `None` (after saying why) without the stub.
 ///
 /// # Panics
@@ -62,7 +55,7 @@ fn stub_required() -> bool {
 pub fn stub(test: &str) -> Option<(Device, Function, Module)> {
     let path = match stub_path() {
         Ok(path) => path,
-        Err(why) if stub_required() => {
+        Err(why) if cuda_graph_tests::stub_required() => {
             panic!("{test}: no stub driver ({why}), and CI=true or CUDA_GRAPH_REQUIRE_GPU=1 is set")
         }
         Err(why) => {
