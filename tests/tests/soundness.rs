@@ -900,27 +900,23 @@ fn first_capture_writes_its_output_after_a_refused_second_begin() {
             wrong.push(format!("in-process run {run}: {outcome}"));
         }
     }
-    let exe = std::env::current_exe().expect("the test binary's path");
     for run in 0..RUNS {
-        let output = std::process::Command::new(&exe)
-            .args([NAME, "--exact", "--nocapture", "--test-threads", "1"])
-            .env(REFUSED_BEGIN_RUN, (RUNS + run).to_string())
-            .output()
-            .expect("run the test binary again");
-        let stdout = String::from_utf8_lossy(&output.stdout);
+        let value = (RUNS + run).to_string();
+        let (status, text) = cuda_graph_tests::run_test_in_child(
+            NAME,
+            REFUSED_BEGIN_RUN,
+            &[(REFUSED_BEGIN_RUN, &value)],
+            HANG_LIMIT,
+        );
         // libtest prints the test's name and the output on one line.
-        let line = stdout
+        let line = text
             .lines()
             .find_map(|l| l.find("RUN ").map(|at| &l[at..]))
             .unwrap_or("RUN ?: no outcome printed")
             .to_string();
         println!("process run {run}: {line}");
-        if !output.status.success() || !line.contains("wrote its output") {
-            wrong.push(format!(
-                "process run {run} ({}): {line}\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            ));
+        if !status.is_some_and(|s| s.success()) || !line.contains("wrote its output") {
+            wrong.push(format!("process run {run} ({status:?}): {line}\n{text}"));
         }
     }
     assert!(
