@@ -58,13 +58,19 @@ fn main() {
         println!("cargo::rustc-cfg=cuda_graph_tests_runtime_library");
     }
 
-    // tests/hunt_stub.rs compiles its checking stub driver against these headers (empty: none).
-    // The stub is written against the CUDA 13.0 driver API (its entry points' signatures): the
-    // tests exist only in builds on 13.0 headers or newer.
-    println!("cargo::rustc-env=CUDA_GRAPH_TESTS_CUDA_INCLUDE={include}");
+    // The checking stub driver of tests/hunt_stub.rs, compiled against these headers. It is
+    // written against the CUDA 13.0 driver API (its entry points' signatures): the tests exist
+    // only in builds on 13.0 headers or newer.
     println!("cargo::rustc-check-cfg=cfg(cuda_graph_tests_hunt_stub)");
     if !include.is_empty() && version.parse::<u32>().is_ok_and(|v| v >= 13000) {
         println!("cargo::rustc-cfg=cuda_graph_tests_hunt_stub");
+        let include = format!("-I{include}");
+        build_stub(
+            "hunt_cuda.c",
+            "libhuntcuda.so",
+            &["-O1", "-g", &include],
+            "CUDA_GRAPH_TESTS_HUNT_STUB",
+        );
     }
 
     if include.is_empty() {
@@ -148,28 +154,42 @@ fn pool_props_have_usage(dirs: &[PathBuf]) -> bool {
     driver && runtime
 }
 
-/// Compiles `stub-driver/null_cuda.c` into a shared library for `tests/record_stub.rs`, and tells
-/// the test where it is (`CUDA_GRAPH_TESTS_STUB_DRIVER`), or, when it could not be built, why
-/// (`CUDA_GRAPH_TESTS_STUB_DRIVER_ERROR`). It goes directly into `OUT_DIR`, the one level of it
-/// that a nextest archive carries, so that a packed suite finds it through `OUT_DIR` at run time.
+/// Compiles `stub-driver/null_cuda.c` into a shared library for the stub tests, and tells them
+/// where it is (`CUDA_GRAPH_TESTS_STUB_DRIVER`), or, when it could not be built, why
+/// (`CUDA_GRAPH_TESTS_STUB_DRIVER_ERROR`).
 fn build_stub_driver() {
-    let out = PathBuf::from(env::var("OUT_DIR").unwrap_or_default()).join("libnullcuda.so");
+    build_stub(
+        "null_cuda.c",
+        "libnullcuda.so",
+        &["-O2"],
+        "CUDA_GRAPH_TESTS_STUB_DRIVER",
+    );
+}
+
+/// Compiles the C file `stub-driver/<source>` into the shared library `<lib>` with `args`, and
+/// sets `<var>` to its path and `<var>_ERROR` to why it could not be built (empty when it was).
+/// It goes directly into `OUT_DIR`, the one level of it that a nextest archive carries, so that
+/// a packed suite finds it through `OUT_DIR` at run time on a machine without a C compiler or
+/// the headers.
+fn build_stub(source: &str, lib: &str, args: &[&str], var: &str) {
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap_or_default()).join(lib);
+    let path = format!("stub-driver/{source}");
+    println!("cargo::rerun-if-changed={path}");
     let mut command = cc::Build::new().get_compiler().to_command();
     command
-        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .args(args)
+        .args(["-shared", "-fPIC", "-o"])
         .arg(&out)
-        .arg("stub-driver/null_cuda.c");
+        .arg(&path)
+        .arg("-lpthread");
     let error = match command.output() {
         Ok(o) if o.status.success() => String::new(),
         Ok(o) => format!(
-            "the C compiler failed on stub-driver/null_cuda.c: {}",
+            "the C compiler failed on {path}: {}",
             String::from_utf8_lossy(&o.stderr).replace('\n', " ")
         ),
-        Err(e) => format!("no C compiler to build stub-driver/null_cuda.c: {e}"),
+        Err(e) => format!("no C compiler to build {path}: {e}"),
     };
-    println!(
-        "cargo::rustc-env=CUDA_GRAPH_TESTS_STUB_DRIVER={}",
-        out.display()
-    );
-    println!("cargo::rustc-env=CUDA_GRAPH_TESTS_STUB_DRIVER_ERROR={error}");
+    println!("cargo::rustc-env={var}={}", out.display());
+    println!("cargo::rustc-env={var}_ERROR={error}");
 }

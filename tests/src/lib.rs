@@ -52,6 +52,32 @@ pub fn stub_required() -> bool {
     std::env::var("CI").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true")) || gpu_required()
 }
 
+/// A library that the tests' `build.rs` wrote to `built` (or could not build, for the reason `error`), on
+/// this machine: at `built`, else under the same name in the `OUT_DIR` the test runner names at
+/// run time.
+pub fn built_library(built: &str, error: &str) -> Result<std::path::PathBuf, String> {
+    if !error.is_empty() {
+        return Err(error.to_string());
+    }
+    let path = std::path::PathBuf::from(built);
+    if path.is_file() {
+        return Ok(path);
+    }
+    let name = path.file_name().expect("a library's path names a file");
+    let at_run_time =
+        std::env::var_os("OUT_DIR").map(|dir| std::path::PathBuf::from(dir).join(name));
+    match at_run_time {
+        Some(path) if path.is_file() => Ok(path),
+        Some(path) => Err(format!(
+            "neither {built} nor {} is on this machine",
+            path.display()
+        )),
+        None => Err(format!(
+            "{built} is not on this machine and OUT_DIR is not set"
+        )),
+    }
+}
+
 /// Runs the test `name` of the current test binary again, alone, in a child process, with
 /// `child_var` set to `name` (so that the child runs the test's body) and `env` set; kills it
 /// after `limit`. Returns its exit status (`None`: killed at the limit) and its output (stdout,

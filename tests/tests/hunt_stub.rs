@@ -17,19 +17,17 @@
 //!
 //! Each test runs in a child process of its own (the stub is the whole process's driver, and
 //! one test checks what happens at exit): the test binary run again on that one test, with
-//! `HUNT_CHILD` naming it, which runs the test's body in that process. The stub is compiled by
-//! the first test that needs it (`cc`, against the headers cuda-graph-sys used). Without those
-//! headers or a C compiler each test prints `SKIPPED <test>: <reason>` and returns, except in CI
-//! (`CI=true`) and under `CUDA_GRAPH_REQUIRE_GPU=1`, where it fails: those runs count only tests
-//! that ran. `HUNT_LIB` names a prebuilt stub instead; `HUNT_ROUNDS` changes the stress's rounds
+//! `HUNT_CHILD` naming it, which runs the test's body in that process. `build.rs` compiles the
+//! stub against the headers cuda-graph-sys used, into the `OUT_DIR` that a nextest archive
+//! carries (as the other stub). Without a C compiler each test prints `SKIPPED <test>: <reason>`
+//! and returns, except in CI (`CI=true`) and under `CUDA_GRAPH_REQUIRE_GPU=1`, where it fails:
+//! those runs count only tests that ran. `HUNT_LIB` names a prebuilt stub instead; `HUNT_ROUNDS` changes the stress's rounds
 //! (200).
 //!
 //! Under valgrind, ASan and TSan (with `CUDA_PATH` as for any build; `CI=true` makes a stub that
 //! failed to build fail the tests): a report makes the child fail, and so its test, except in the
 //! exit test, which does not check its children's exit status. Valgrind follows the children;
-//! run the tests once without it first, which builds the stub (else valgrind follows the C
-//! compiler too, whose reports fail the stub's build); fewer rounds keep the stress's child
-//! under the 120 s limit:
+//! fewer rounds keep the stress's child under the 120 s limit:
 //!
 //! ```text
 //! CI=true HUNT_ROUNDS=50 \
@@ -52,9 +50,8 @@
 
 use std::ffi::CString;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use cuda_graph::{
@@ -66,51 +63,15 @@ use cuda_graph::{
 const WORDS: u64 = 1 << 10;
 const BYTES: usize = WORDS as usize * 4;
 
-/// The checking stub, built once (or `HUNT_LIB`); `Err` says why there is none.
+/// The checking stub that `build.rs` compiled (or `HUNT_LIB`); `Err` says why there is none.
 fn stub_path() -> Result<PathBuf, String> {
-    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Ok(lib) = std::env::var("HUNT_LIB") {
-            return Ok(PathBuf::from(lib));
-        }
-        let include = env!("CUDA_GRAPH_TESTS_CUDA_INCLUDE");
-        if include.is_empty() {
-            return Err("cuda-graph-sys found no CUDA headers to build it against".into());
-        }
-        let source = include_str!("../stub-driver/hunt_cuda.c");
-        let hash = source
-            .bytes()
-            .chain(include.bytes())
-            .fold(0xcbf29ce484222325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-            });
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hunt-stub");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let lib = dir.join(format!("libhunt_{hash:016x}.so"));
-        if lib.is_file() {
-            return Ok(lib);
-        }
-        let src = dir.join(format!("hunt_{}.c", std::process::id()));
-        std::fs::write(&src, source).map_err(|e| e.to_string())?;
-        let tmp = dir.join(format!("libhunt.{}.so", std::process::id()));
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let out = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-g", "-I", include, "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .arg("-lpthread")
-            .output()
-            .map_err(|e| format!("{cc}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{cc} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        std::fs::rename(&tmp, &lib).map_err(|e| e.to_string())?;
-        Ok(lib)
-    })
-    .clone()
+    if let Ok(lib) = std::env::var("HUNT_LIB") {
+        return Ok(PathBuf::from(lib));
+    }
+    cuda_graph_tests::built_library(
+        env!("CUDA_GRAPH_TESTS_HUNT_STUB"),
+        env!("CUDA_GRAPH_TESTS_HUNT_STUB_ERROR"),
+    )
 }
 
 /// In the child: loads the stub as the driver.

@@ -26,25 +26,7 @@ pub const N: u64 = (BYTES / 4) as u64;
 /// The stub library on this machine: where `build.rs` wrote it, else in the `OUT_DIR` the test
 /// runner names at run time (nextest: the archive's copy). `Err` says why there is none.
 pub fn stub_path() -> Result<PathBuf, String> {
-    if !STUB_ERROR.is_empty() {
-        return Err(STUB_ERROR.to_string());
-    }
-    let built = PathBuf::from(STUB);
-    if built.is_file() {
-        return Ok(built);
-    }
-    let name = built.file_name().expect("the stub's path names a file");
-    let at_run_time = std::env::var_os("OUT_DIR").map(|dir| PathBuf::from(dir).join(name));
-    match at_run_time {
-        Some(path) if path.is_file() => Ok(path),
-        Some(path) => Err(format!(
-            "neither {STUB} nor {} is on this machine",
-            path.display()
-        )),
-        None => Err(format!(
-            "{STUB} is not on this machine and OUT_DIR is not set"
-        )),
-    }
+    cuda_graph_tests::built_library(STUB, STUB_ERROR)
 }
 
 /// The device behind the stub driver, and a kernel; `None` (after saying why) without the stub.
