@@ -16,9 +16,15 @@
 //!    launched on the freer stream;
 //! 2. the RAII free: that round's producer and consumer graphs are built, launched and dropped
 //!    with every handle of the allocation while the consumer still spins;
-//! 3. an AutoFreeOnLaunch relaunch of its producer on the freer stream, read once before the
-//!    relaunch (on the consumer stream) and once after it (on the other stream, with no spin:
-//!    a consumer not ordered after the relaunch reads the value of the launch before).
+//! 3. an AutoFreeOnLaunch relaunch of its producer, read once before the relaunch (on the
+//!    consumer stream) and once after it (on the other stream, with no spin: a consumer not
+//!    ordered after the relaunch reads the value of the launch before). The relaunch goes into
+//!    the stream of the launch before it, as G.5 advises for graphs with allocation nodes;
+//!    the producer still changes streams from round to round. A relaunch into *another*
+//!    stream while other threads use the same streams is misordered by the driver itself
+//!    (driver 580; reproduced without this crate by `bench/probe/stream_change_order.cu`):
+//!    `soundness::relaunch_into_streams_another_thread_shares_stays_in_order` is that case,
+//!    and the crate docs' "Known gap" says what to do instead.
 //!
 //! The producers start behind a spin of [`PRODUCER_SPIN`], longer than a consumer's spin: a
 //! consumer not ordered after its producer reads the previous launch's value. Every round ends
@@ -274,7 +280,7 @@ fn worker(g: &Gpu, streams: &[Stream; 4], t: usize, rounds: usize, start: &Barri
         drop((c2, p2, graph2, a2));
 
         c3a.launch(cons).unwrap();
-        p3.launch(free).unwrap();
+        p3.launch(prod).unwrap();
         let relaunched = next_value(3);
         c3b.launch(other).unwrap();
 
