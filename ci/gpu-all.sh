@@ -15,8 +15,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-suite/out}
-logs=$(mktemp -d)
-mkdir -p "$out"
+logs="${out%/}-logs"
+mkdir -p "$out" "$logs"
 [ -f gpu-suite/cargo-nextest.gz ] && gunzip -f gpu-suite/cargo-nextest.gz
 chmod +x gpu-suite/cargo-nextest
 status=0
