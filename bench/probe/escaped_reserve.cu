@@ -15,6 +15,9 @@
 //          kernels under global-mode stream capture)
 //   user   none, or uo (a user object, destructor counts, moved into the graph)
 //   drop   in_flight (exec and graph destroyed right after the launch) or after_sync
+//   then   (last 8 lines, in_flight free_now only) trim_mid: a trim right after the free, the
+//          graph perhaps still running; probe_trim_mid: a probe graph allocating as much on a
+//          third stream, synchronized, a trim, the probe freed (the crate's stress test's order)
 //   free   free_later (launch stream idle and, for uo, destructor run; then cudaFreeAsync on
 //          another stream and synchronize) or free_now (cudaFreeAsync on another stream that
 //          waits for an event recorded after the launch, no host wait)
@@ -116,11 +119,18 @@ static bool wait_destroyed(int want) {
     return true;
 }
 
-static void combo(bool captured, bool uo, bool in_flight, bool free_now, int cycles) {
-    char name[64];
-    snprintf(name, sizeof name, "%s %s %s %s", captured ? "captured" : "explicit",
+// What happens between the free and the next cycle: nothing, a trim while the graph may
+// still run, or (as the crate's stress test does) a probe graph on a third stream that
+// allocates as much, synchronized, then a trim, then the probe's free.
+enum Mid { MID_NONE, MID_TRIM, MID_PROBE_TRIM };
+static const char *mid_names[] = {"", " trim_mid", " probe_trim_mid"};
+
+static void combo(bool captured, bool uo, bool in_flight, bool free_now, int cycles,
+                  Mid mid = MID_NONE) {
+    char name[80];
+    snprintf(name, sizeof name, "%s %s %s %s%s", captured ? "captured" : "explicit",
              uo ? "uo" : "none", in_flight ? "in_flight" : "after_sync",
-             free_now ? "free_now" : "free_later");
+             free_now ? "free_now" : "free_later", mid_names[mid]);
     CK(cudaDeviceSynchronize());
     CK(cudaDeviceGraphMemTrim(0));
     unsigned long long used0 = attr(cudaGraphMemAttrUsedMemCurrent),
@@ -129,10 +139,16 @@ static void combo(bool captured, bool uo, bool in_flight, bool free_now, int cyc
         printf("warning: %s starts with used %llu reserved %llu (a previous combination leaked; "
                "its figure includes that)\n", name, used0, res0);
 
-    cudaStream_t s, other, cs;
+    cudaStream_t s, other, cs, ps;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking));
+    // The probe: alloc -> spin -> fill, no free node (freed by cudaFreeAsync after the trim).
+    void *probe_ptr = nullptr;
+    cudaGraph_t pg = build(false, cs, &probe_ptr, 0xC0FFEEu);
+    cudaGraphExec_t pex;
+    CK(cudaGraphInstantiateWithFlags(&pex, pg, 0));
     cudaEvent_t ev;
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     destroyed = 0;
@@ -162,7 +178,17 @@ static void combo(bool captured, bool uo, bool in_flight, bool free_now, int cyc
             CK(cudaFreeAsync(ptr, other));
             CK(cudaStreamSynchronize(other));
         }
+        if (mid == MID_TRIM) CK(cudaDeviceGraphMemTrim(0));
+        if (mid == MID_PROBE_TRIM) {
+            CK(cudaGraphLaunch(pex, ps));
+            CK(cudaStreamSynchronize(ps));
+            CK(cudaDeviceGraphMemTrim(0));
+            CK(cudaFreeAsync(probe_ptr, ps));
+            CK(cudaStreamSynchronize(ps));
+        }
     }
+    CK(cudaGraphExecDestroy(pex));
+    CK(cudaGraphDestroy(pg));
 
     CK(cudaDeviceSynchronize());
     CK(cudaDeviceGraphMemTrim(0));
@@ -189,7 +215,7 @@ static void combo(bool captured, bool uo, bool in_flight, bool free_now, int cyc
     }
     fflush(stdout);
     CK(cudaEventDestroy(ev));
-    for (cudaStream_t x : {s, other, cs}) CK(cudaStreamDestroy(x));
+    for (cudaStream_t x : {s, other, cs, ps}) CK(cudaStreamDestroy(x));
 }
 
 int main(int argc, char **argv) {
@@ -210,5 +236,10 @@ int main(int argc, char **argv) {
             for (int in_flight = 1; in_flight >= 0; in_flight--)
                 for (int free_now = 0; free_now < 2; free_now++)
                     combo(captured, uo, in_flight, free_now, cycles);
+    // The sequence of the crate's stress test (in flight, freed at once, then a trim, with and
+    // without a probe allocation first), both builds, with and without a user object.
+    for (int captured = 0; captured < 2; captured++)
+        for (int uo = 0; uo < 2; uo++)
+            for (Mid mid : {MID_TRIM, MID_PROBE_TRIM}) combo(captured, uo, true, true, cycles, mid);
     return 0;
 }
