@@ -138,18 +138,18 @@
 //! A consumer launched on another stream after its producer waits for it
 //! (`consumer_on_another_stream_reads_the_producers_data`).
 //!
-//! **Known gap: the driver misorders relaunches into another stream.** An [`ExecGraph`] that
-//! leaves allocations live, relaunched into a stream other than the one of its last launch
-//! while another thread queues work on the same streams, can run out of the order the crate's
-//! events set (driver 580 on the H200; the same sequence in plain CUDA runtime calls does it:
+//! **Known gap: the driver misorders graphs that leave allocations live on streams that threads
+//! share.** An [`ExecGraph`] that leaves allocations live, relaunched while another thread
+//! queues work on the same streams, can run out of the order the crate's events set (driver 580
+//! on the H200; the same sequence in plain CUDA runtime calls does it:
 //! `bench/probe/stream_change_order.cu`, about 1 round in 100), so a use of the previous
-//! launch's allocation can see the relaunch's data or the reverse
-//! (`relaunch_into_streams_another_thread_shares_stays_in_order` fails). G.5 advises launching
-//! graphs with allocation nodes consistently into one stream; do that (relaunching into the
-//! stream of the previous launch is never misordered in those runs), or keep the streams such a
-//! graph uses to one thread. Routing every launch through a private stream per graph, bridged
-//! by events, did not close the gap inside this crate and made kernel faults appear, so the
-//! crate does not do it.
+//! launch's allocation can see the relaunch's data or the reverse. Relaunching into the stream
+//! of the previous launch did not avoid it inside this crate; neither did routing every launch
+//! through a private stream per graph, bridged by events, which also brought kernel faults, so
+//! the crate does neither. Giving each thread streams of its own did: the same stress passes
+//! (`tests/stress_streams.rs`, both tests; the one on shared streams and
+//! `relaunch_into_streams_another_thread_shares_stays_in_order` fail). So keep the streams on
+//! which such graphs run, and the work that uses their allocations, to one thread.
 //!
 //! **Releases never disturb a capture, and none is lost.** While a capture begun through this
 //! crate is active in `Global` mode (any thread) or `ThreadLocal` mode (its thread), frees,
