@@ -15,6 +15,8 @@ use crate::memory::DeviceAddress;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::sys;
 
+pub use crate::node_kind::NodeKind;
+
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) fn next_graph_id() -> u64 {
@@ -33,52 +35,6 @@ impl Node {
     /// The node's position in its graph (0 for the first node added).
     pub fn index(self) -> usize {
         self.index as usize
-    }
-}
-
-/// What a node does.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum NodeKind {
-    /// A kernel, by name.
-    Kernel(Arc<str>),
-    /// An allocation (`cuGraphAddMemAllocNode`).
-    MemAlloc,
-    /// A free (`cuGraphAddMemFreeNode`).
-    MemFree,
-    /// A memset.
-    Memset,
-    /// A memcpy.
-    Memcpy,
-    /// An empty node, for dependencies only.
-    Empty,
-    /// A host function.
-    Host,
-    /// An event record.
-    EventRecord,
-    /// An event wait.
-    EventWait,
-    /// A child graph.
-    ChildGraph,
-    /// A node type of the driver that the builder does not make (seen in captured graphs).
-    Other(u32),
-}
-
-impl fmt::Display for NodeKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NodeKind::Kernel(name) => write!(f, "kernel {name}"),
-            NodeKind::MemAlloc => f.write_str("alloc node"),
-            NodeKind::MemFree => f.write_str("free node"),
-            NodeKind::Memset => f.write_str("memset node"),
-            NodeKind::Memcpy => f.write_str("memcpy node"),
-            NodeKind::Empty => f.write_str("empty node"),
-            NodeKind::Host => f.write_str("host node"),
-            NodeKind::EventRecord => f.write_str("event record node"),
-            NodeKind::EventWait => f.write_str("event wait node"),
-            NodeKind::ChildGraph => f.write_str("child graph node"),
-            NodeKind::Other(t) => write!(f, "node of type {t}"),
-        }
     }
 }
 
