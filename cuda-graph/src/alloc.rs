@@ -27,7 +27,7 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
-use crate::graph::Keep;
+use crate::keep::Keep;
 use crate::memory::{DeviceAddress, Owner, sealed};
 use crate::stream::{AsStream, CaptureStatus};
 use crate::sys;

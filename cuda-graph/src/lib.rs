@@ -215,6 +215,7 @@ mod footprint;
 mod graph;
 mod inline_list;
 mod int_hash;
+mod keep;
 pub mod kernels;
 mod lifetime_error;
 mod live_objects;

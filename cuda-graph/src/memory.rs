@@ -10,7 +10,7 @@ use crate::alloc::GraphAllocation;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::graph::Keep;
+use crate::keep::Keep;
 use crate::stream::{AsStream, BorrowedStream};
 use crate::stream_alloc::StreamMemory;
 use crate::sys;
