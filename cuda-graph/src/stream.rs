@@ -66,6 +66,20 @@ pub trait AsStream {
     }
 }
 
+// Recording an event takes a stream, as waiting for one does (`AsStream::wait_event`): both are
+// here, above event.rs, which names no stream.
+impl Event {
+    /// Records the event on `stream` (`cuEventRecord`).
+    pub fn record(&self, stream: &impl AsStream) -> Result<()> {
+        stream.device().bind()?;
+        check(
+            // SAFETY: both handles are live.
+            unsafe { sys::cuEventRecord(self.as_raw(), stream.as_raw_stream()) },
+            "cuEventRecord",
+        )
+    }
+}
+
 /// A stream's capture state (`CUstreamCaptureStatus`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CaptureStatus {
