@@ -17,7 +17,7 @@ use crate::int_hash::IdMap;
 use crate::keep::KeepList;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pool::MemPool;
-use crate::stream::{AsStream, CaptureStatus, Stream};
+use crate::stream::{AsStream, CaptureStatus, Stream, capture_id};
 use crate::sys;
 
 /// How a capture reacts to capture-unsafe calls on other threads (`CUstreamCaptureMode`).
@@ -387,28 +387,6 @@ pub fn capture<S: AsStream, T>(
     let guard = Capture::begin_on(stream, mode)?;
     let value = f(&guard)?;
     Ok((guard.end()?, value))
-}
-
-/// The id of the capture `stream` takes part in (`cuStreamGetCaptureInfo`), or `None`.
-pub(crate) fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id = 0;
-    check(
-        // SAFETY: out-pointers valid; null for what is not asked.
-        unsafe {
-            sys::cuStreamGetCaptureInfo_v3(
-                stream,
-                &mut status,
-                &mut id,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        },
-        "cuStreamGetCaptureInfo",
-    )?;
-    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
 }
 
 /// The node the next captured operation on `stream` would depend on: the one just captured.

@@ -185,7 +185,7 @@ impl Function {
         if deferred::any_capture() {
             // A launch captured into a capture of this crate, made without its guard: the
             // captured graph keeps the module and the arguments' memory all the same.
-            if let Some(id) = crate::capture::capture_id(stream.as_raw_stream())? {
+            if let Some(id) = crate::stream::capture_id(stream.as_raw_stream())? {
                 if has_allocations {
                     return Err(refused_in_capture());
                 }

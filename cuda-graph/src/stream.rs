@@ -282,6 +282,28 @@ pub(crate) fn raw_capture_status(raw: sys::CUstream) -> Result<CaptureStatus> {
     Ok(CaptureStatus::from_raw(status))
 }
 
+/// The id of the capture `stream` takes part in (`cuStreamGetCaptureInfo`), or `None`.
+pub(crate) fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0;
+    check(
+        // SAFETY: out-pointers valid; null for what is not asked.
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                stream,
+                &mut status,
+                &mut id,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        },
+        "cuStreamGetCaptureInfo",
+    )?;
+    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
+}
+
 /// A stream someone else owns: the per-thread or legacy default stream, or one made by another
 /// library. Never destroyed by us.
 #[derive(Debug, Clone)]
