@@ -18,6 +18,8 @@ module: a cycle. Output, by option:
   --dot       the graph as Graphviz DOT source (modules of one cycle in one cluster)
   --layers    a text layering: layer 0 names only the floor, layer n modules whose highest
               dependency is in layer n-1
+  --reduced   with --dot or the edge list, when there is no cycle: only the edges that no
+              longer path implies (the transitive reduction: the same order, fewer lines)
   --src DIR   another source directory (default: cuda-graph/src beside this script's ci/)
 
 The exit status is 1 when there is a cycle whatever the output asked for, 2 on a usage error.
@@ -138,7 +140,7 @@ def module_of(path, src):
 
 def read_lib(src):
     code = strip_non_code(open(os.path.join(src, "lib.rs"), encoding="utf-8").read())
-    modules = re.findall(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*;", code, re.M)
+    modules = re.findall(r"\bmod\s+(" + IDENT + r")\s*;", code)
     reexports = {}
     for m in re.finditer(r"\bpub\s+use\s+(" + IDENT + r")::", code):
         head = m.group(1)
@@ -260,6 +262,20 @@ def shortest_cycle_through(v, succ, allowed):
     return None
 
 
+def implied(edge, succ):
+    """Whether a path of two edges or more leads from edge's source to its target."""
+    a, b = edge
+    seen, todo = set(), [w for w in succ.get(a, ()) if w != b]
+    while todo:
+        v = todo.pop()
+        if v == b:
+            return True
+        if v not in seen:
+            seen.add(v)
+            todo.extend(succ.get(v, ()))
+    return False
+
+
 def main(argv):
     args = argv[1:]
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cuda-graph", "src")
@@ -270,28 +286,34 @@ def main(argv):
             return 2
         src = args[i + 1]
         del args[i:i + 2]
-    known = {"--why", "--dot", "--layers"}
+    known = {"--why", "--dot", "--layers", "--reduced"}
     if any(a not in known for a in args):
         print(__doc__, file=sys.stderr)
         return 2
     src = os.path.normpath(src)
     modules, edges = scan(src)
+    # Named from the repository root (cuda-graph/src), as the edges' places are.
+    shown = os.path.relpath(src, os.path.dirname(os.path.dirname(src)))
     succ = defaultdict(set)
     for a, b in edges:
         succ[a].add(b)
     comps = tarjan(sorted(modules), succ)
     cycles = [c for c in comps if len(c) > 1]
+    total = len(edges)
+    if "--reduced" in args and not cycles:
+        edges = {e: w for e, w in edges.items() if not implied(e, succ)}
 
     if "--dot" in args:
+        # Top to bottom: a module above the modules it depends on, the floor at the bottom.
         print("digraph modules {")
-        print("  rankdir=BT;")
         print('  node [shape=box, fontname="monospace"];')
         for i, c in enumerate(cycles):
             print(f'  subgraph cluster_cycle{i} {{ label="cycle {i + 1}"; color=red; '
                   + " ".join(f'"{m}";' for m in c) + " }")
-        for m in sorted(modules):
-            if not any(m in c for c in cycles):
-                print(f'  "{m}";')
+        for lvl, comps_at in sorted(layers(sorted(modules), succ, comps).items()):
+            alone = sorted(c[0] for c in comps_at if len(c) == 1)
+            if alone:
+                print(f"  {{ rank=same; " + " ".join(f'"{m}";' for m in alone) + f" }}  // layer {lvl}")
         for a, b in sorted(edges):
             print(f'  "{a}" -> "{b}";')
         print("}")
@@ -323,9 +345,10 @@ def main(argv):
                 if loop and key not in seen:
                     seen.add(key)
                     print(f"    loop: {' -> '.join(loop)}", file=out)
-        print(f"module-graph: {len(cycles)} cycle(s) among the modules of {src}", file=out)
+        print(f"module-graph: {len(cycles)} cycle(s) among the modules of {shown}", file=out)
         return 1
-    print(f"module-graph: {len(modules)} modules, {len(edges)} edges, no cycle", file=out)
+    counted = f"{total} edges" + (f" ({len(edges)} in the reduction)" if len(edges) != total else "")
+    print(f"module-graph: {shown}: {len(modules)} modules, {counted}, no cycle", file=out)
     return 0
 
 
