@@ -27,8 +27,7 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
-use crate::graph::Keep;
-use crate::memory::{DeviceAddress, Owner, sealed};
+use crate::keep::Keep;
 use crate::stream::{AsStream, CaptureStatus};
 use crate::sys;
 use crate::uses::{StreamUses, wait};
@@ -470,21 +469,6 @@ impl Drop for AllocInner {
             }
             true
         });
-    }
-}
-
-impl sealed::Sealed for GraphAllocation {
-    fn owner(&self) -> Owner<'_> {
-        Owner::Graph(self)
-    }
-}
-
-impl DeviceAddress for GraphAllocation {
-    fn device_ptr(&self) -> sys::CUdeviceptr {
-        self.inner.ptr
-    }
-    fn byte_len(&self) -> usize {
-        self.inner.bytes
     }
 }
 

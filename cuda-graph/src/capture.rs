@@ -3,7 +3,6 @@
 //! fork and join of other streams through events.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::alloc::GraphAllocation;
@@ -11,12 +10,13 @@ use crate::deferred::{self, Restricts};
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::{Event, EventFlags};
-use crate::graph::{Graph, KeepList, MemOp, NodeKind, next_graph_id};
+use crate::graph::{Graph, MemOp, NodeKind, NodeParts, next_graph_id, read_graph};
 use crate::inline_list::Few;
 use crate::int_hash::IdMap;
+use crate::keep::KeepList;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pool::MemPool;
-use crate::stream::{AsStream, CaptureStatus, Stream};
+use crate::stream::{AsStream, CaptureStatus, Stream, capture_id};
 use crate::sys;
 
 /// How a capture reacts to capture-unsafe calls on other threads (`CUstreamCaptureMode`).
@@ -338,13 +338,15 @@ impl<'s, S: AsStream> Capture<'s, S> {
             }
             check(status, "cuStreamEndCapture")?;
         }
+        let id = self.id;
         // SAFETY: `raw` is the captured graph, owned by nobody else.
         let graph = unsafe {
             read_graph(
                 raw,
                 self.stream.device(),
-                self.id,
+                id,
                 self.captured.take(),
+                |what, by_address| known_node(what, id, by_address),
                 &self.unmatched_allocations.borrow(),
                 &self.unmatched_frees.borrow(),
             )
@@ -388,28 +390,6 @@ pub fn capture<S: AsStream, T>(
     Ok((guard.end()?, value))
 }
 
-/// The id of the capture `stream` takes part in (`cuStreamGetCaptureInfo`), or `None`.
-pub(crate) fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id = 0;
-    check(
-        // SAFETY: out-pointers valid; null for what is not asked.
-        unsafe {
-            sys::cuStreamGetCaptureInfo_v3(
-                stream,
-                &mut status,
-                &mut id,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        },
-        "cuStreamGetCaptureInfo",
-    )?;
-    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
-}
-
 /// The node the next captured operation on `stream` would depend on: the one just captured.
 fn last_captured_node(stream: &impl AsStream) -> Result<Option<sys::CUgraphNode>> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -444,88 +424,6 @@ pub(crate) enum Captured {
     Kernel(Arc<str>, Few<GraphAllocation>),
 }
 
-/// Builds a [`Graph`] around a raw graph by reading its nodes and edges. The `captured` nodes
-/// are known (they move into the record); the others are asked for their type, and their memory
-/// nodes become `MemOp`s, matched to `allocations` and `frees` by address, or new allocations
-/// when made by other code.
-///
-/// # Safety
-///
-/// `raw` is a live graph for `device`, owned by nobody else.
-pub(crate) unsafe fn read_graph(
-    raw: sys::CUgraph,
-    device: &Device,
-    id: u64,
-    captured: Vec<(sys::CUgraphNode, Captured)>,
-    allocations: &[GraphAllocation],
-    frees: &[GraphAllocation],
-) -> Result<Graph> {
-    let mut graph = Graph::wrap(raw, device, id);
-    // SAFETY: the caller hands over a live graph.
-    let (nodes, from, to) = unsafe { nodes_and_edges(raw) }?;
-    // The driver lists a captured graph's nodes in the order captured (so far): each known node
-    // is then the next of `captured`, and no map is needed. From the first node out of that
-    // order on, the rest are looked up by handle.
-    let mut in_order = captured.into_iter().peekable();
-    let mut known: Option<IdMap<usize, Captured>> = None;
-    // Allocations by address, for memory nodes this capture did not report; made at the first
-    // such node, from the allocations recorded before it.
-    let mut by_address: Option<IdMap<sys::CUdeviceptr, GraphAllocation>> = None;
-    let mut made: IdMap<sys::CUdeviceptr, VecDeque<GraphAllocation>> = IdMap::default();
-    for a in allocations {
-        made.entry(a.ptr()).or_default().push_back(a.clone());
-    }
-    graph.nodes.reserve(nodes.len());
-    for &node in &nodes {
-        let what = match in_order.peek() {
-            // (Empty once `known` is made.)
-            Some(&(next, _)) if next == node => in_order.next().map(|(_, w)| w),
-            _ => known
-                .get_or_insert_with(|| in_order.by_ref().map(|(n, w)| (n as usize, w)).collect())
-                .remove(&(node as usize)),
-        };
-        let (kind, uses, mem) = match what {
-            Some(what) => known_node(what, id, by_address.as_mut()),
-            None => {
-                let by_address =
-                    by_address.get_or_insert_with(|| addresses(&graph.nodes, frees, id));
-                // SAFETY: the node belongs to the live graph.
-                unsafe { unknown_node(node, device, id, &mut made, by_address) }?
-            }
-        };
-        graph.push_with(node, kind, Few::new(), uses, mem);
-    }
-    // A chain's edges come node after node: each edge's source is likely the node its last
-    // target was, and its target the node after its source. Guesses are checked against the
-    // handles; a miss looks the handle up in a map, made at the first miss.
-    let mut index: Option<IdMap<usize, usize>> = None;
-    let mut position = |node: sys::CUgraphNode, guess: usize| {
-        if nodes.get(guess) == Some(&node) {
-            return Some(guess);
-        }
-        let index = index.get_or_insert_with(|| {
-            nodes
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| (n as usize, i))
-                .collect()
-        });
-        index.get(&(node as usize)).copied()
-    };
-    let mut last = 0;
-    for (&f, &t) in from.iter().zip(&to) {
-        let Some(f) = position(f, last) else { continue };
-        if let Some(t) = position(t, f + 1) {
-            graph.nodes[t].deps.push(f as u32);
-            last = t;
-        }
-    }
-    Ok(graph)
-}
-
-/// A captured node's record: kind, uses and memory operations.
-type NodeParts = (NodeKind, Few<GraphAllocation>, Few<MemOp>);
-
 /// The record of a node this capture reported.
 fn known_node(
     what: Captured,
@@ -546,162 +444,3 @@ fn known_node(
         Captured::Kernel(name, uses) => (NodeKind::Kernel(name), uses, Few::new()),
     }
 }
-
-/// The allocations a free node may free, by address: those of other graphs that the capture
-/// frees, then those allocated by the nodes recorded so far (a later one replaces an earlier
-/// one at the same address: free nodes free the allocation that last held their address).
-fn addresses(
-    recorded: &[crate::graph::NodeRecord],
-    frees: &[GraphAllocation],
-    id: u64,
-) -> IdMap<sys::CUdeviceptr, GraphAllocation> {
-    let foreign = frees.iter().filter(|f| f.owner_graph() != id);
-    let allocated = recorded
-        .iter()
-        .flat_map(|n| &n.mem)
-        .filter_map(|op| match op {
-            MemOp::Alloc(a) => Some(a),
-            MemOp::Free(_) => None,
-        });
-    foreign
-        .chain(allocated)
-        .map(|a| (a.ptr(), a.clone()))
-        .collect()
-}
-
-/// The record of a node the capture did not report: its type from the driver, and for memory
-/// nodes the allocation, matched by address (alloc nodes to the allocations this capture made
-/// in the order made, free nodes to `by_address`) or new when other code made it.
-///
-/// # Safety
-///
-/// `node` belongs to a live graph of `device`.
-unsafe fn unknown_node(
-    node: sys::CUgraphNode,
-    device: &Device,
-    id: u64,
-    made: &mut IdMap<sys::CUdeviceptr, VecDeque<GraphAllocation>>,
-    by_address: &mut IdMap<sys::CUdeviceptr, GraphAllocation>,
-) -> Result<NodeParts> {
-    let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-    check(
-        // SAFETY: the node belongs to the graph.
-        unsafe { sys::cuGraphNodeGetType(node, &mut kind_raw) },
-        "cuGraphNodeGetType",
-    )?;
-    use sys::CUgraphNodeType as T;
-    let kind = match kind_raw {
-        T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel("captured".into()),
-        T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeKind::MemAlloc,
-        T::CU_GRAPH_NODE_TYPE_MEM_FREE => NodeKind::MemFree,
-        T::CU_GRAPH_NODE_TYPE_MEMSET => NodeKind::Memset,
-        T::CU_GRAPH_NODE_TYPE_MEMCPY => NodeKind::Memcpy,
-        T::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
-        T::CU_GRAPH_NODE_TYPE_HOST => NodeKind::Host,
-        T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeKind::EventRecord,
-        T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeKind::EventWait,
-        T::CU_GRAPH_NODE_TYPE_GRAPH => NodeKind::ChildGraph,
-        other => NodeKind::Other(other.0),
-    };
-    let mut mem = Few::new();
-    match kind {
-        NodeKind::MemAlloc => {
-            let mut params = sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
-            check(
-                // SAFETY: the node is an alloc node; `params` is a valid out-pointer.
-                unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut params) },
-                "cuGraphMemAllocNodeGetParams",
-            )?;
-            let allocation = made
-                .get_mut(&params.dptr)
-                .and_then(VecDeque::pop_front)
-                .unwrap_or_else(|| {
-                    GraphAllocation::new(params.dptr, params.bytesize, device, id, None)
-                });
-            by_address.insert(params.dptr, allocation.clone());
-            mem.push(MemOp::Alloc(allocation));
-        }
-        NodeKind::MemFree => {
-            let mut ptr = 0;
-            check(
-                // SAFETY: the node is a free node; `ptr` is a valid out-pointer.
-                unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
-                "cuGraphMemFreeNodeGetParams",
-            )?;
-            if let Some(allocation) = by_address.get(&ptr).cloned() {
-                allocation.register_free(id, true);
-                mem.push(MemOp::Free(allocation));
-            }
-        }
-        _ => {}
-    }
-    Ok((kind, Few::new(), mem))
-}
-
-/// The graph's nodes, and its edges as two lists (from, to).
-///
-/// # Safety
-///
-/// `raw` is a live graph.
-unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<NodeLists> {
-    let mut count = 0;
-    check(
-        // SAFETY: a null array asks for the count.
-        unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) },
-        "cuGraphGetNodes",
-    )?;
-    let mut nodes = vec![std::ptr::null_mut(); count];
-    // An empty graph: ask no further (cuGraphGetEdges refuses non-null arrays with a count of 0,
-    // CUDA_ERROR_INVALID_VALUE on the H200's 580 driver; the same guard here is a precaution).
-    if count > 0 {
-        check(
-            // SAFETY: the array holds `count` entries.
-            unsafe { sys::cuGraphGetNodes(raw, nodes.as_mut_ptr(), &mut count) },
-            "cuGraphGetNodes",
-        )?;
-    }
-    nodes.truncate(count);
-    let mut edges = 0;
-    check(
-        // SAFETY: null arrays ask for the count.
-        unsafe {
-            sys::cuGraphGetEdges_v2(
-                raw,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                &mut edges,
-            )
-        },
-        "cuGraphGetEdges",
-    )?;
-    let mut from = vec![std::ptr::null_mut(); edges];
-    let mut to = vec![std::ptr::null_mut(); edges];
-    // A graph without edges (a single node) must not be asked with non-null arrays: the driver
-    // returns CUDA_ERROR_INVALID_VALUE (seen capturing one kernel on the H200, driver 580).
-    if edges > 0 {
-        check(
-            // SAFETY: both arrays hold `edges` entries; edge data is not asked for.
-            unsafe {
-                sys::cuGraphGetEdges_v2(
-                    raw,
-                    from.as_mut_ptr(),
-                    to.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                    &mut edges,
-                )
-            },
-            "cuGraphGetEdges",
-        )?;
-    }
-    from.truncate(edges);
-    to.truncate(edges);
-    Ok((nodes, from, to))
-}
-
-/// A graph's nodes, and its edges' sources and targets.
-type NodeLists = (
-    Vec<sys::CUgraphNode>,
-    Vec<sys::CUgraphNode>,
-    Vec<sys::CUgraphNode>,
-);

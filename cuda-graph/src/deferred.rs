@@ -36,7 +36,7 @@ use std::sync::{
 use std::thread::ThreadId;
 
 use crate::error::Error;
-use crate::graph::KeepList;
+use crate::keep::KeepList;
 
 /// A queued release of something of device `.0`: returns `true` once done, `false` to stay
 /// queued (its stream still captures). Runs only when no registered capture forbids releases.

@@ -16,7 +16,7 @@ pub enum Error {
     /// A driver call returned an error code.
     Driver(DriverError),
     /// A graph breaks a rule of graph-allocation lifetimes (see [`crate::check`]).
-    Lifetime(crate::check::LifetimeError),
+    Lifetime(crate::lifetime_error::LifetimeError),
     /// Relaunching an executable graph that still owns allocations it did not free, instantiated
     /// without AutoFreeOnLaunch: CUDA would refuse, and the memory would leak.
     UnfreedOnRelaunch {

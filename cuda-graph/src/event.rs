@@ -1,10 +1,11 @@
-//! Events: record, wait, synchronize, time.
+//! Events: create, synchronize, query, time. Recording one and waiting for one take a stream:
+//! [`Event::record`] and [`AsStream::wait_event`](crate::AsStream::wait_event) are in
+//! `stream.rs`, above this module.
 
 use std::sync::Arc;
 
 use crate::device::Device;
 use crate::error::{Result, check};
-use crate::stream::AsStream;
 use crate::sys;
 
 /// Event creation flags (`CU_EVENT_*`), a bit-set.
@@ -73,16 +74,6 @@ impl Event {
                 _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Event),
             }),
         })
-    }
-
-    /// Records the event on `stream` (`cuEventRecord`).
-    pub fn record(&self, stream: &impl AsStream) -> Result<()> {
-        stream.device().bind()?;
-        check(
-            // SAFETY: both handles are live.
-            unsafe { sys::cuEventRecord(self.inner.raw, stream.as_raw_stream()) },
-            "cuEventRecord",
-        )
     }
 
     /// Waits on the host for the recorded work (`cuEventSynchronize`).

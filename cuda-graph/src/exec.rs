@@ -1,6 +1,5 @@
 //! Executable graphs: instantiate (with the lifetime checks), upload, launch.
 
-use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -9,7 +8,7 @@ use crate::check::Roles;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::graph::{Graph, KeepList};
+use crate::graph::{Graph, retain_keep};
 use crate::stream::AsStream;
 use crate::sys;
 use crate::uses::recorded;
@@ -196,69 +195,6 @@ impl Graph {
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::ExecGraph),
         })
     }
-}
-
-/// Makes `graph` retain, once, a user object that holds its [`KeepList`]: every executable
-/// graph instantiated from it then holds it too, until the driver is done with it.
-pub(crate) fn retain_keep(graph: &Graph) -> Result<()> {
-    if graph.keep_retained.get() {
-        return Ok(());
-    }
-    unsafe extern "C" fn destroy(data: *mut c_void) {
-        // SAFETY: `data` is the `Box<Payload>` leaked in `retain_keep`; the driver calls this
-        // once, when the last reference is released.
-        let payload = unsafe { Box::from_raw(data.cast::<Payload>()) };
-        let (ordinal, keep) = *payload;
-        // Driver thread: no CUDA here. The crate's release thread runs the release.
-        let mut keep = Some(keep);
-        deferred::enqueue_from_driver(
-            ordinal,
-            Box::new(move || {
-                drop(keep.take());
-                true
-            }),
-        );
-    }
-    /// The user object's data: the device's ordinal and the keep list.
-    type Payload = (usize, Arc<KeepList>);
-    let payload: Payload = (graph.device.ordinal(), graph.keep.clone());
-    let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
-    let mut object = std::ptr::null_mut();
-    // SAFETY: `data` is a leaked box that `destroy` frees; the flag is the one CUDA requires.
-    let code = unsafe {
-        sys::cuUserObjectCreate(
-            &mut object,
-            data,
-            Some(destroy),
-            1,
-            sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0,
-        )
-    };
-    if let Err(e) = check(code, "cuUserObjectCreate") {
-        // SAFETY: the driver did not take the box.
-        drop(unsafe { Box::from_raw(data.cast::<Payload>()) });
-        return Err(e);
-    }
-    check(
-        // SAFETY: both handles are live; MOVE hands our one reference to the graph, which
-        // releases it when destroyed (the destructor then runs once no executable graph holds
-        // the object either).
-        unsafe {
-            sys::cuGraphRetainUserObject(
-                graph.raw,
-                object,
-                1,
-                sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
-            )
-        },
-        "cuGraphRetainUserObject",
-    )
-    .inspect_err(|_| {
-        // SAFETY: our reference was not moved; releasing it runs the destructor.
-        let _ = unsafe { sys::cuUserObjectRelease(object, 1) };
-    })?;
-    graph.keep_retained.set(true);
-    Ok(())
 }
 
 /// An executable graph (`CUgraphExec`), destroyed on drop.

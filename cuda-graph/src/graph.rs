@@ -1,19 +1,25 @@
 //! Explicit graphs: the builder, its nodes, and its own record of nodes, edges and allocation
 //! uses (which the lifetime checks of [`crate::check`] read, without a GPU).
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::ffi::c_void;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use crate::alloc::{AllocParams, GraphAllocation};
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
 use crate::inline_list::Few;
+use crate::int_hash::IdMap;
+use crate::keep::KeepList;
 use crate::memory::DeviceAddress;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::sys;
+
+pub use crate::node_kind::NodeKind;
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -33,52 +39,6 @@ impl Node {
     /// The node's position in its graph (0 for the first node added).
     pub fn index(self) -> usize {
         self.index as usize
-    }
-}
-
-/// What a node does.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum NodeKind {
-    /// A kernel, by name.
-    Kernel(Arc<str>),
-    /// An allocation (`cuGraphAddMemAllocNode`).
-    MemAlloc,
-    /// A free (`cuGraphAddMemFreeNode`).
-    MemFree,
-    /// A memset.
-    Memset,
-    /// A memcpy.
-    Memcpy,
-    /// An empty node, for dependencies only.
-    Empty,
-    /// A host function.
-    Host,
-    /// An event record.
-    EventRecord,
-    /// An event wait.
-    EventWait,
-    /// A child graph.
-    ChildGraph,
-    /// A node type of the driver that the builder does not make (seen in captured graphs).
-    Other(u32),
-}
-
-impl fmt::Display for NodeKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NodeKind::Kernel(name) => write!(f, "kernel {name}"),
-            NodeKind::MemAlloc => f.write_str("alloc node"),
-            NodeKind::MemFree => f.write_str("free node"),
-            NodeKind::Memset => f.write_str("memset node"),
-            NodeKind::Memcpy => f.write_str("memcpy node"),
-            NodeKind::Empty => f.write_str("empty node"),
-            NodeKind::Host => f.write_str("host node"),
-            NodeKind::EventRecord => f.write_str("event record node"),
-            NodeKind::EventWait => f.write_str("event wait node"),
-            NodeKind::ChildGraph => f.write_str("child graph node"),
-            NodeKind::Other(t) => write!(f, "node of type {t}"),
-        }
     }
 }
 
@@ -107,50 +67,6 @@ pub struct NodeRecord {
     pub mem: Few<MemOp>,
     /// The event an event record or event wait node records or waits for.
     pub event: Option<Event>,
-}
-
-/// A value that keeps something a node refers to alive: a module, a buffer's or an
-/// allocation's memory, a host function, an event, a child graph's own list.
-pub(crate) type Keep = Arc<dyn std::any::Any + Send + Sync>;
-
-/// Everything a graph's nodes refer to. The graph holds it, and so does a CUDA user object
-/// that the graph retains from its first instantiation on: every executable graph made from
-/// the graph holds a reference to that user object, which the driver releases only when the
-/// executable graph is destroyed and its last launch is done (deferred destroys included). The
-/// user object's destructor, on a driver thread, only queues the release of its share
-/// ([`crate::deferred`]).
-#[derive(Default)]
-pub(crate) struct KeepList(Mutex<Vec<Keep>>);
-
-impl fmt::Debug for KeepList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "KeepList({} values)", self.lock().len())
-    }
-}
-
-impl KeepList {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Keep>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn push(&self, keep: Keep) {
-        self.lock().push(keep);
-    }
-
-    pub(crate) fn extend(&self, keep: impl IntoIterator<Item = Keep>) {
-        self.lock().extend(keep);
-    }
-
-    /// Moves the values of `other` into this list.
-    pub(crate) fn take_from(&self, other: &KeepList) {
-        let taken = std::mem::take(&mut *other.lock());
-        self.lock().extend(taken);
-    }
-
-    /// The values, cloned.
-    pub(crate) fn snapshot(&self) -> Vec<Keep> {
-        self.lock().clone()
-    }
 }
 
 /// A CUDA graph under construction, with its record. Dropping it destroys the graph
@@ -244,8 +160,20 @@ impl Graph {
     ///
     /// `raw` is a live graph for `device` that nothing else destroys or mutates from now on.
     pub unsafe fn from_raw(raw: sys::CUgraph, device: &Device) -> Result<Graph> {
+        // No node is known beforehand: the driver describes each.
+        let known = Vec::<(sys::CUgraphNode, Infallible)>::new();
         // SAFETY: the caller hands over a live graph of `device`.
-        unsafe { crate::capture::read_graph(raw, device, next_graph_id(), Vec::new(), &[], &[]) }
+        unsafe {
+            read_graph(
+                raw,
+                device,
+                next_graph_id(),
+                known,
+                |no, _| match no {},
+                &[],
+                &[],
+            )
+        }
     }
 
     /// Gives up ownership: the caller destroys the graph. What its nodes refer to (modules,
@@ -254,7 +182,7 @@ impl Graph {
     /// refuses that, it is kept for the rest of the process instead (leaked, never freed early)
     /// and the error is recorded in [`Device::drop_errors`].
     pub fn into_raw(mut self) -> sys::CUgraph {
-        if let Err(e) = crate::exec::retain_keep(&self) {
+        if let Err(e) = retain_keep(&self) {
             self.device.record_drop_error(e);
             std::mem::forget(self.keep.clone());
         }
@@ -775,3 +703,312 @@ impl Graph {
         )
     }
 }
+
+/// Makes `graph` retain, once, a user object that holds its [`KeepList`]: every executable
+/// graph instantiated from it then holds it too, until the driver is done with it.
+pub(crate) fn retain_keep(graph: &Graph) -> Result<()> {
+    if graph.keep_retained.get() {
+        return Ok(());
+    }
+    unsafe extern "C" fn destroy(data: *mut c_void) {
+        // SAFETY: `data` is the `Box<Payload>` leaked in `retain_keep`; the driver calls this
+        // once, when the last reference is released.
+        let payload = unsafe { Box::from_raw(data.cast::<Payload>()) };
+        let (ordinal, keep) = *payload;
+        // Driver thread: no CUDA here. The crate's release thread runs the release.
+        let mut keep = Some(keep);
+        crate::deferred::enqueue_from_driver(
+            ordinal,
+            Box::new(move || {
+                drop(keep.take());
+                true
+            }),
+        );
+    }
+    /// The user object's data: the device's ordinal and the keep list.
+    type Payload = (usize, Arc<KeepList>);
+    let payload: Payload = (graph.device.ordinal(), graph.keep.clone());
+    let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
+    let mut object = std::ptr::null_mut();
+    // SAFETY: `data` is a leaked box that `destroy` frees; the flag is the one CUDA requires.
+    let code = unsafe {
+        sys::cuUserObjectCreate(
+            &mut object,
+            data,
+            Some(destroy),
+            1,
+            sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0,
+        )
+    };
+    if let Err(e) = check(code, "cuUserObjectCreate") {
+        // SAFETY: the driver did not take the box.
+        drop(unsafe { Box::from_raw(data.cast::<Payload>()) });
+        return Err(e);
+    }
+    check(
+        // SAFETY: both handles are live; MOVE hands our one reference to the graph, which
+        // releases it when destroyed (the destructor then runs once no executable graph holds
+        // the object either).
+        unsafe {
+            sys::cuGraphRetainUserObject(
+                graph.raw,
+                object,
+                1,
+                sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
+            )
+        },
+        "cuGraphRetainUserObject",
+    )
+    .inspect_err(|_| {
+        // SAFETY: our reference was not moved; releasing it runs the destructor.
+        let _ = unsafe { sys::cuUserObjectRelease(object, 1) };
+    })?;
+    graph.keep_retained.set(true);
+    Ok(())
+}
+
+/// Builds a [`Graph`] around a raw graph by reading its nodes and edges. The `captured` nodes
+/// are known (`known_node` gives their record, which moves into the graph's); the others are
+/// asked for their type, and their memory nodes become `MemOp`s, matched to `allocations` and
+/// `frees` by address, or new allocations when made by other code. A capture passes the nodes
+/// it reported ([`Capture::end`](crate::Capture::end)); [`Graph::from_raw`] passes none.
+///
+/// # Safety
+///
+/// `raw` is a live graph for `device`, owned by nobody else.
+pub(crate) unsafe fn read_graph<C, K>(
+    raw: sys::CUgraph,
+    device: &Device,
+    id: u64,
+    captured: Vec<(sys::CUgraphNode, C)>,
+    mut known_node: K,
+    allocations: &[GraphAllocation],
+    frees: &[GraphAllocation],
+) -> Result<Graph>
+where
+    K: FnMut(C, Option<&mut IdMap<sys::CUdeviceptr, GraphAllocation>>) -> NodeParts,
+{
+    let mut graph = Graph::wrap(raw, device, id);
+    // SAFETY: the caller hands over a live graph.
+    let (nodes, from, to) = unsafe { nodes_and_edges(raw) }?;
+    // The driver lists a captured graph's nodes in the order captured (so far): each known node
+    // is then the next of `captured`, and no map is needed. From the first node out of that
+    // order on, the rest are looked up by handle.
+    let mut in_order = captured.into_iter().peekable();
+    let mut known: Option<IdMap<usize, C>> = None;
+    // Allocations by address, for memory nodes the capture did not report; made at the first
+    // such node, from the allocations recorded before it.
+    let mut by_address: Option<IdMap<sys::CUdeviceptr, GraphAllocation>> = None;
+    let mut made: IdMap<sys::CUdeviceptr, VecDeque<GraphAllocation>> = IdMap::default();
+    for a in allocations {
+        made.entry(a.ptr()).or_default().push_back(a.clone());
+    }
+    graph.nodes.reserve(nodes.len());
+    for &node in &nodes {
+        let what = match in_order.peek() {
+            // (Empty once `known` is made.)
+            Some(&(next, _)) if next == node => in_order.next().map(|(_, w)| w),
+            _ => known
+                .get_or_insert_with(|| in_order.by_ref().map(|(n, w)| (n as usize, w)).collect())
+                .remove(&(node as usize)),
+        };
+        let (kind, uses, mem) = match what {
+            Some(what) => known_node(what, by_address.as_mut()),
+            None => {
+                let by_address =
+                    by_address.get_or_insert_with(|| addresses(&graph.nodes, frees, id));
+                // SAFETY: the node belongs to the live graph.
+                unsafe { unknown_node(node, device, id, &mut made, by_address) }?
+            }
+        };
+        graph.push_with(node, kind, Few::new(), uses, mem);
+    }
+    // A chain's edges come node after node: each edge's source is likely the node its last
+    // target was, and its target the node after its source. Guesses are checked against the
+    // handles; a miss looks the handle up in a map, made at the first miss.
+    let mut index: Option<IdMap<usize, usize>> = None;
+    let mut position = |node: sys::CUgraphNode, guess: usize| {
+        if nodes.get(guess) == Some(&node) {
+            return Some(guess);
+        }
+        let index = index.get_or_insert_with(|| {
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (n as usize, i))
+                .collect()
+        });
+        index.get(&(node as usize)).copied()
+    };
+    let mut last = 0;
+    for (&f, &t) in from.iter().zip(&to) {
+        let Some(f) = position(f, last) else { continue };
+        if let Some(t) = position(t, f + 1) {
+            graph.nodes[t].deps.push(f as u32);
+            last = t;
+        }
+    }
+    Ok(graph)
+}
+
+/// A node's record apart from its handle and edges: kind, uses and memory operations.
+pub(crate) type NodeParts = (NodeKind, Few<GraphAllocation>, Few<MemOp>);
+
+/// The allocations a free node may free, by address: those of other graphs that the capture
+/// frees, then those allocated by the nodes recorded so far (a later one replaces an earlier
+/// one at the same address: free nodes free the allocation that last held their address).
+fn addresses(
+    recorded: &[NodeRecord],
+    frees: &[GraphAllocation],
+    id: u64,
+) -> IdMap<sys::CUdeviceptr, GraphAllocation> {
+    let foreign = frees.iter().filter(|f| f.owner_graph() != id);
+    let allocated = recorded
+        .iter()
+        .flat_map(|n| &n.mem)
+        .filter_map(|op| match op {
+            MemOp::Alloc(a) => Some(a),
+            MemOp::Free(_) => None,
+        });
+    foreign
+        .chain(allocated)
+        .map(|a| (a.ptr(), a.clone()))
+        .collect()
+}
+
+/// The record of a node the capture did not report: its type from the driver, and for memory
+/// nodes the allocation, matched by address (alloc nodes to the allocations the capture made
+/// in the order made, free nodes to `by_address`) or new when other code made it.
+///
+/// # Safety
+///
+/// `node` belongs to a live graph of `device`.
+unsafe fn unknown_node(
+    node: sys::CUgraphNode,
+    device: &Device,
+    id: u64,
+    made: &mut IdMap<sys::CUdeviceptr, VecDeque<GraphAllocation>>,
+    by_address: &mut IdMap<sys::CUdeviceptr, GraphAllocation>,
+) -> Result<NodeParts> {
+    let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+    check(
+        // SAFETY: the node belongs to the graph.
+        unsafe { sys::cuGraphNodeGetType(node, &mut kind_raw) },
+        "cuGraphNodeGetType",
+    )?;
+    use sys::CUgraphNodeType as T;
+    let kind = match kind_raw {
+        T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel("captured".into()),
+        T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeKind::MemAlloc,
+        T::CU_GRAPH_NODE_TYPE_MEM_FREE => NodeKind::MemFree,
+        T::CU_GRAPH_NODE_TYPE_MEMSET => NodeKind::Memset,
+        T::CU_GRAPH_NODE_TYPE_MEMCPY => NodeKind::Memcpy,
+        T::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
+        T::CU_GRAPH_NODE_TYPE_HOST => NodeKind::Host,
+        T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeKind::EventRecord,
+        T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeKind::EventWait,
+        T::CU_GRAPH_NODE_TYPE_GRAPH => NodeKind::ChildGraph,
+        other => NodeKind::Other(other.0),
+    };
+    let mut mem = Few::new();
+    match kind {
+        NodeKind::MemAlloc => {
+            let mut params = sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
+            check(
+                // SAFETY: the node is an alloc node; `params` is a valid out-pointer.
+                unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut params) },
+                "cuGraphMemAllocNodeGetParams",
+            )?;
+            let allocation = made
+                .get_mut(&params.dptr)
+                .and_then(VecDeque::pop_front)
+                .unwrap_or_else(|| {
+                    GraphAllocation::new(params.dptr, params.bytesize, device, id, None)
+                });
+            by_address.insert(params.dptr, allocation.clone());
+            mem.push(MemOp::Alloc(allocation));
+        }
+        NodeKind::MemFree => {
+            let mut ptr = 0;
+            check(
+                // SAFETY: the node is a free node; `ptr` is a valid out-pointer.
+                unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
+                "cuGraphMemFreeNodeGetParams",
+            )?;
+            if let Some(allocation) = by_address.get(&ptr).cloned() {
+                allocation.register_free(id, true);
+                mem.push(MemOp::Free(allocation));
+            }
+        }
+        _ => {}
+    }
+    Ok((kind, Few::new(), mem))
+}
+
+/// The graph's nodes, and its edges as two lists (from, to).
+///
+/// # Safety
+///
+/// `raw` is a live graph.
+unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<NodeLists> {
+    let mut count = 0;
+    check(
+        // SAFETY: a null array asks for the count.
+        unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) },
+        "cuGraphGetNodes",
+    )?;
+    let mut nodes = vec![std::ptr::null_mut(); count];
+    // An empty graph: ask no further (cuGraphGetEdges refuses non-null arrays with a count of 0,
+    // CUDA_ERROR_INVALID_VALUE on the H200's 580 driver; the same guard here is a precaution).
+    if count > 0 {
+        check(
+            // SAFETY: the array holds `count` entries.
+            unsafe { sys::cuGraphGetNodes(raw, nodes.as_mut_ptr(), &mut count) },
+            "cuGraphGetNodes",
+        )?;
+    }
+    nodes.truncate(count);
+    let mut edges = 0;
+    check(
+        // SAFETY: null arrays ask for the count.
+        unsafe {
+            sys::cuGraphGetEdges_v2(
+                raw,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut edges,
+            )
+        },
+        "cuGraphGetEdges",
+    )?;
+    let mut from = vec![std::ptr::null_mut(); edges];
+    let mut to = vec![std::ptr::null_mut(); edges];
+    // A graph without edges (a single node) must not be asked with non-null arrays: the driver
+    // returns CUDA_ERROR_INVALID_VALUE (seen capturing one kernel on the H200, driver 580).
+    if edges > 0 {
+        check(
+            // SAFETY: both arrays hold `edges` entries; edge data is not asked for.
+            unsafe {
+                sys::cuGraphGetEdges_v2(
+                    raw,
+                    from.as_mut_ptr(),
+                    to.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                    &mut edges,
+                )
+            },
+            "cuGraphGetEdges",
+        )?;
+    }
+    from.truncate(edges);
+    to.truncate(edges);
+    Ok((nodes, from, to))
+}
+
+/// A graph's nodes, and its edges' sources and targets.
+type NodeLists = (
+    Vec<sys::CUgraphNode>,
+    Vec<sys::CUgraphNode>,
+    Vec<sys::CUgraphNode>,
+);

@@ -1,5 +1,6 @@
 //! Device addresses and plain device buffers (`cuMemAlloc`), for data that lives outside graphs:
-//! inputs, results to copy back, and the like.
+//! inputs, results to copy back, and the like. [`DeviceAddress`] is implemented here for all
+//! three kinds of the crate's memory (buffers, [`GraphAllocation`]s, stream-ordered allocations).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -10,9 +11,9 @@ use crate::alloc::GraphAllocation;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::graph::Keep;
+use crate::keep::Keep;
 use crate::stream::{AsStream, BorrowedStream};
-use crate::stream_alloc::StreamMemory;
+use crate::stream_alloc::{StreamAllocation, StreamMemory};
 use crate::sys;
 
 /// Memory of this crate with a device address: a [`DeviceBuffer`], a
@@ -213,5 +214,38 @@ impl<T: Pod> DeviceAddress for DeviceBuffer<T> {
     }
     fn byte_len(&self) -> usize {
         self.memory.bytes
+    }
+}
+
+// The other two kinds of memory: their types are below this module (they name neither the trait
+// nor `Owner`), and the trait's implementations for them are here, beside the trait.
+
+impl sealed::Sealed for GraphAllocation {
+    fn owner(&self) -> Owner<'_> {
+        Owner::Graph(self)
+    }
+}
+
+impl DeviceAddress for GraphAllocation {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.ptr()
+    }
+    fn byte_len(&self) -> usize {
+        self.bytes()
+    }
+}
+
+impl<S: AsStream> sealed::Sealed for StreamAllocation<'_, S> {
+    fn owner(&self) -> Owner<'_> {
+        Owner::Stream(self.memory())
+    }
+}
+
+impl<S: AsStream> DeviceAddress for StreamAllocation<'_, S> {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.memory().ptr
+    }
+    fn byte_len(&self) -> usize {
+        self.memory().bytes
     }
 }

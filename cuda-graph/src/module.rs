@@ -8,8 +8,8 @@ use crate::alloc::GraphAllocation;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::graph::Keep;
 use crate::inline_list::Few;
+use crate::keep::Keep;
 use crate::memory::{BufferMemory, DeviceAddress, Owner};
 use crate::stream::{AsStream, CaptureStatus};
 use crate::stream_alloc::StreamMemory;
@@ -185,7 +185,7 @@ impl Function {
         if deferred::any_capture() {
             // A launch captured into a capture of this crate, made without its guard: the
             // captured graph keeps the module and the arguments' memory all the same.
-            if let Some(id) = crate::capture::capture_id(stream.as_raw_stream())? {
+            if let Some(id) = crate::stream::capture_id(stream.as_raw_stream())? {
                 if has_allocations {
                     return Err(refused_in_capture());
                 }

@@ -66,6 +66,20 @@ pub trait AsStream {
     }
 }
 
+// Recording an event takes a stream, as waiting for one does (`AsStream::wait_event`): both are
+// here, above event.rs, which names no stream.
+impl Event {
+    /// Records the event on `stream` (`cuEventRecord`).
+    pub fn record(&self, stream: &impl AsStream) -> Result<()> {
+        stream.device().bind()?;
+        check(
+            // SAFETY: both handles are live.
+            unsafe { sys::cuEventRecord(self.as_raw(), stream.as_raw_stream()) },
+            "cuEventRecord",
+        )
+    }
+}
+
 /// A stream's capture state (`CUstreamCaptureStatus`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CaptureStatus {
@@ -266,6 +280,28 @@ pub(crate) fn raw_capture_status(raw: sys::CUstream) -> Result<CaptureStatus> {
         "cuStreamIsCapturing",
     )?;
     Ok(CaptureStatus::from_raw(status))
+}
+
+/// The id of the capture `stream` takes part in (`cuStreamGetCaptureInfo`), or `None`.
+pub(crate) fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0;
+    check(
+        // SAFETY: out-pointers valid; null for what is not asked.
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                stream,
+                &mut status,
+                &mut id,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        },
+        "cuStreamGetCaptureInfo",
+    )?;
+    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
 }
 
 /// A stream someone else owns: the per-thread or legacy default stream, or one made by another

@@ -9,7 +9,6 @@ use std::thread::ThreadId;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::memory::{DeviceAddress, Owner, sealed};
 use crate::pool::MemPool;
 use crate::stream::{AsStream, CaptureStatus, raw_capture_status};
 use crate::sys;
@@ -22,8 +21,8 @@ use crate::uses::StreamUses;
 /// after the events of every use (its own stream's included, recorded when the handle let go).
 #[derive(Debug)]
 pub struct StreamMemory {
-    ptr: sys::CUdeviceptr,
-    bytes: usize,
+    pub(crate) ptr: sys::CUdeviceptr,
+    pub(crate) bytes: usize,
     device: Device,
     uses: Mutex<StreamUses>,
     freed: AtomicBool,
@@ -150,7 +149,7 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
         self.stream
     }
 
-    fn memory(&self) -> &Arc<StreamMemory> {
+    pub(crate) fn memory(&self) -> &Arc<StreamMemory> {
         self.memory
             .as_ref()
             .expect("present until the handle lets go")
@@ -246,21 +245,6 @@ fn let_go_on(
         }
     }
     Ok(true)
-}
-
-impl<S: AsStream> sealed::Sealed for StreamAllocation<'_, S> {
-    fn owner(&self) -> Owner<'_> {
-        Owner::Stream(self.memory())
-    }
-}
-
-impl<S: AsStream> DeviceAddress for StreamAllocation<'_, S> {
-    fn device_ptr(&self) -> sys::CUdeviceptr {
-        self.memory().ptr
-    }
-    fn byte_len(&self) -> usize {
-        self.memory().bytes
-    }
 }
 
 impl<S: AsStream> Drop for StreamAllocation<'_, S> {

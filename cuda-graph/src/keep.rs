@@ -1,0 +1,49 @@
+//! What keeps alive everything a graph's nodes refer to, until no launch can use it (the
+//! ownership rule of the crate docs' "Safety model").
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+/// A value that keeps something a node refers to alive: a module, a buffer's or an
+/// allocation's memory, a host function, an event, a child graph's own list.
+pub(crate) type Keep = Arc<dyn std::any::Any + Send + Sync>;
+
+/// Everything a graph's nodes refer to. The graph holds it, and so does a CUDA user object
+/// that the graph retains from its first instantiation on: every executable graph made from
+/// the graph holds a reference to that user object, which the driver releases only when the
+/// executable graph is destroyed and its last launch is done (deferred destroys included). The
+/// user object's destructor, on a driver thread, only queues the release of its share
+/// ([`crate::deferred`]).
+#[derive(Default)]
+pub(crate) struct KeepList(Mutex<Vec<Keep>>);
+
+impl fmt::Debug for KeepList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeepList({} values)", self.lock().len())
+    }
+}
+
+impl KeepList {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Keep>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn push(&self, keep: Keep) {
+        self.lock().push(keep);
+    }
+
+    pub(crate) fn extend(&self, keep: impl IntoIterator<Item = Keep>) {
+        self.lock().extend(keep);
+    }
+
+    /// Moves the values of `other` into this list.
+    pub(crate) fn take_from(&self, other: &KeepList) {
+        let taken = std::mem::take(&mut *other.lock());
+        self.lock().extend(taken);
+    }
+
+    /// The values, cloned.
+    pub(crate) fn snapshot(&self) -> Vec<Keep> {
+        self.lock().clone()
+    }
+}
