@@ -351,21 +351,6 @@ impl<'s, S: AsStream> Capture<'s, S> {
                 &self.unmatched_frees.borrow(),
             )
         }?;
-        if let Some(node) = graph
-            .nodes
-            .iter()
-            .position(|n| n.kind == NodeKind::ChildGraph)
-        {
-            // An executable graph launched into the capture: its nodes' operands are kept by
-            // that `ExecGraph` only until it drops, not by this graph (the graph is destroyed
-            // with `graph`, unlaunched).
-            return Err(Error::invalid(
-                "Capture::end",
-                format!(
-                    "node {node} of the captured graph is a child graph: an executable graph was launched into the capture, and what its nodes refer to would not be kept alive for the captured graph; launch it outside the capture, or add its graph to an explicit graph with add_child_graph_node"
-                ),
-            ));
-        }
         graph.keep.take_from(&self.keep);
         Ok(graph)
     }

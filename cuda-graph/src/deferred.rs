@@ -125,7 +125,7 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// Whether the process is exiting (see [`EXITING`]).
 #[inline]
-pub(crate) fn exiting() -> bool {
+fn exiting() -> bool {
     EXITING.load(Ordering::Acquire)
 }
 

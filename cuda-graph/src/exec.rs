@@ -8,8 +8,7 @@ use crate::check::Roles;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
-use crate::graph::Graph;
-use crate::keep::KeepList;
+use crate::graph::{Graph, retain_keep};
 use crate::stream::AsStream;
 use crate::sys;
 use crate::uses::recorded;
@@ -131,6 +130,7 @@ impl Graph {
             e
         };
         self.device.bind().map_err(release)?;
+        retain_keep(self).map_err(release)?;
         let mut raw = std::ptr::null_mut();
         if upload.is_null() && !flags.contains(InstantiateFlags::UPLOAD) {
             // The common path: WithFlags costs less than WithParams (`bench/README.md`,
@@ -192,7 +192,6 @@ impl Graph {
             foreign_uses,
             locked,
             instantiated: memory_nodes.then(|| self.instantiated.clone()),
-            keep: self.keep.clone(),
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::ExecGraph),
         })
     }
@@ -222,9 +221,6 @@ pub struct ExecGraph {
     /// Events of earlier launches, recorded again once no allocation holds them.
     events: std::cell::RefCell<Vec<Arc<crate::event::Event>>>,
     instantiated: Option<Arc<AtomicBool>>,
-    /// What the graph's nodes refer to (modules, memory, host closures, argument buffers): let
-    /// go of only once no launch of this graph can still run (see `Drop`).
-    keep: Arc<KeepList>,
     _tracked: crate::live_objects::Tracked,
 }
 
@@ -398,105 +394,12 @@ impl ExecGraph {
     }
 }
 
-/// Holds `keep` until the work queued in `device`'s context so far is done, then drops it.
-///
-/// A thread of its own waits (`cuCtxSynchronize`) for every batch of dropped graphs' lists, so
-/// that neither a drop nor the release queue, which user threads also run, ever blocks on the
-/// GPU. It synchronizes only while no capture of this crate is active (a synchronize would
-/// invalidate a capture in `Global` mode) and holds the release gate meanwhile, so that none
-/// begins during it. Once the process exits, or where the thread or the synchronize fails, the
-/// lists are kept for the rest of the process instead: never let go early.
-fn keep_until_idle(device: Device, keep: Arc<KeepList>) {
-    use std::sync::{Condvar, Mutex, OnceLock};
-    type Batch = Vec<(Device, Arc<KeepList>)>;
-    static PENDING: Mutex<Batch> = Mutex::new(Vec::new());
-    static READY: Condvar = Condvar::new();
-    static STARTED: OnceLock<bool> = OnceLock::new();
-    let pending = || PENDING.lock().unwrap_or_else(|e| e.into_inner());
-    pending().push((device, keep));
-    let started = *STARTED.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("cuda-graph-keep".into())
-            .spawn(move || {
-                loop {
-                    let mut waiting = pending();
-                    while waiting.is_empty() {
-                        waiting = READY.wait(waiting).unwrap_or_else(|e| e.into_inner());
-                    }
-                    let batch: Batch = std::mem::take(&mut *waiting);
-                    drop(waiting);
-                    if !synchronize_all(&batch) {
-                        std::mem::forget(batch);
-                        continue;
-                    }
-                    // Dropped as releases are: a panicking `Drop` of a user's value is caught
-                    // and recorded, and a capture begun meanwhile puts the drop off.
-                    for (device, keep) in batch {
-                        let mut keep = Some(keep);
-                        deferred::release(device.ordinal(), move || {
-                            drop(keep.take());
-                            true
-                        });
-                    }
-                }
-            })
-            .is_ok()
-    });
-    if started {
-        READY.notify_one();
-    } else {
-        std::mem::forget(std::mem::take(&mut *pending()));
-    }
-}
-
-/// Waits for the work of every device of `batch` (once each) when no capture of this crate is
-/// active; `false` when the process exits first or a synchronize fails (recorded).
-fn synchronize_all(batch: &[(Device, Arc<KeepList>)]) -> bool {
-    loop {
-        if deferred::exiting() {
-            return false;
-        }
-        let gate = deferred::hold_gate();
-        if deferred::any_capture() {
-            drop(gate);
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            continue;
-        }
-        let mut done: Vec<usize> = Vec::new();
-        let mut ok = true;
-        for (device, _) in batch {
-            if done.contains(&device.ordinal()) {
-                continue;
-            }
-            done.push(device.ordinal());
-            let synchronized = device.bind().and_then(|()| {
-                // SAFETY: the context is current; no capture of this crate is active, and none
-                // begins while the gate is held.
-                check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
-            });
-            if let Err(e) = synchronized {
-                device.record_drop_error(e);
-                ok = false;
-            }
-        }
-        return ok;
-    }
-}
-
 impl Drop for ExecGraph {
-    /// Destroys the executable graph (the driver defers it while launches run), put off while a
-    /// capture forbids it, and lets go of what the nodes refer to only once the context's work
-    /// queued so far is done ([`keep_until_idle`]), so that no launch still running reads a
-    /// module, a buffer or a closure that is gone.
-    ///
-    /// Launches are not tracked for this: a user object retained by the graph would keep these
-    /// alive through the driver instead, but it makes every `cuGraphLaunch` wait on the host
-    /// for the launch before it to finish (`bench/README.md`, "Measurements behind code
-    /// choices"), which would cost graphs their whole point.
+    /// Destroys the executable graph (the driver defers it while launches run, and keeps what
+    /// the nodes refer to until then); put off while a capture forbids it.
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device.clone());
         let instantiated = self.instantiated.take();
-        let mut keep = Some(self.keep.clone());
         deferred::release(device.ordinal(), move || {
             // SAFETY: owned and destroyed once; live allocations stay live (their handles free
             // them).
@@ -504,11 +407,6 @@ impl Drop for ExecGraph {
             device.record(code, "cuGraphExecDestroy");
             if let Some(flag) = &instantiated {
                 flag.store(false, Ordering::Release);
-            }
-            if let Some(keep) = keep.take() {
-                if !keep.is_empty() {
-                    keep_until_idle(device.clone(), keep);
-                }
             }
             true
         });

@@ -79,8 +79,8 @@ pub struct Graph {
     pub(crate) nodes: Vec<NodeRecord>,
     /// What the nodes refer to (the ownership rule of the crate docs' "Safety model").
     pub(crate) keep: Arc<KeepList>,
-    /// Whether the graph retains a user object holding `keep` (made when the graph is handed
-    /// over with `into_raw`).
+    /// Whether the graph retains a user object holding `keep` (made at the first
+    /// instantiation).
     pub(crate) keep_retained: std::cell::Cell<bool>,
     /// Set while an executable graph made from this graph exists (graphs with memory nodes
     /// allow only one).
@@ -113,15 +113,10 @@ impl Drop for Graph {
         }
         if self.owns_raw {
             let (raw, device) = (self.raw as usize, self.device.clone());
-            // The list goes with the release, so that the drop of a user's value it may hold
-            // last (a host closure's capture) runs as releases do: a panic is caught and
-            // recorded, not thrown out of this `drop`.
-            let mut keep = Some(std::mem::replace(&mut self.keep, KeepList::shared_empty()));
             crate::deferred::release(device.ordinal(), move || {
                 // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
                 let code = unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) };
                 device.record(code, "cuGraphDestroy");
-                drop(keep.take());
                 true
             });
         }
@@ -657,8 +652,8 @@ impl Graph {
             }
         })?;
         child.owns_raw = false;
-        // Copied, not taken: the child's list is shared with its executable graphs and with
-        // graphs the child was copied into.
+        // Copied, not taken: the child's list is shared with its executable graphs' user object
+        // and with graphs the child was copied into.
         self.keep.extend(child.keep.snapshot());
         let node = self.push(raw, NodeKind::ChildGraph, indices);
         let record = &mut self.nodes[node.index()];

@@ -42,17 +42,6 @@ impl KeepList {
         self.lock().extend(taken);
     }
 
-    /// One empty list shared by every caller (a placeholder that costs no allocation).
-    pub(crate) fn shared_empty() -> std::sync::Arc<KeepList> {
-        static EMPTY: std::sync::OnceLock<std::sync::Arc<KeepList>> = std::sync::OnceLock::new();
-        EMPTY.get_or_init(Default::default).clone()
-    }
-
-    /// Holds nothing.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.lock().is_empty()
-    }
-
     /// The values, cloned.
     pub(crate) fn snapshot(&self) -> Vec<Keep> {
         self.lock().clone()

@@ -101,14 +101,10 @@
 //! [`Function`]'s module of every kernel node, the memory of every [`DeviceAddress`] operand
 //! (memset, memcpy, kernel arguments passed with [`KernelArgs::ptr`]), every allocation of its
 //! alloc nodes, host closures, events, and child graphs' lists; [`Capture`] keeps the same for
-//! captured calls. Every [`ExecGraph`] made from the graph holds that list too; when it drops,
-//! a thread of the crate lets go of it only after waiting for the work queued in the context
-//! until then (`cuCtxSynchronize`, off the dropping thread, never during a capture of this
-//! crate), so no launch still in flight loses what it reads. (A CUDA user object retained by
-//! the graph would let the driver do this, but it makes every launch wait on the host for the
-//! launch before it: `bench/README.md`.) An executable graph launched into a capture would
-//! leave the captured graph without that list, so [`Capture::end`] refuses a captured graph
-//! with a child-graph node. Shared ownership was chosen over lifetimes because
+//! captured calls. At its first instantiation the graph retains a CUDA user object holding that
+//! list, so every [`ExecGraph`] made from it holds it too; the driver releases it only after the
+//! executable graph is destroyed and its last launch is done (CUDA defers `cuGraphExecDestroy`
+//! for launches in flight, and so the list). Shared ownership was chosen over lifetimes because
 //! an executable graph outlives the borrow of anything it was built from, and a launch outlives
 //! the executable graph. Safe functions that hand an address, handle or closure to the driver,
 //! and what keeps it valid:
