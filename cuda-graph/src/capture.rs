@@ -167,6 +167,14 @@ impl<'s, S: AsStream> Capture<'s, S> {
 
     /// `cuMemAllocAsync` on the capturing stream: becomes an alloc node of the captured graph and
     /// returns its allocation, usable by later captured work.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `cuMemAllocAsync`, before any driver call, for 0 bytes or a size
+    /// of the device's whole memory or more. CUDA accepts a 0-byte allocation under stream
+    /// capture (an alloc node of 0 bytes) and refuses it for an explicit node; this crate refuses
+    /// both, so that every allocation it hands out has an address that is its own. A size the
+    /// device cannot hold would be accepted by CUDA and fail only at the launch or upload. Sums
+    /// of allocations are not checked: what fits depends on what else is allocated then.
     pub fn malloc_async(&self, bytes: usize) -> Result<GraphAllocation> {
         self.allocate("cuMemAllocAsync", bytes, |ptr| {
             // SAFETY: out-pointer valid; the stream is capturing.

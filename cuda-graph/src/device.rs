@@ -33,6 +33,31 @@ pub fn device_count() -> Result<usize> {
     Ok(count as usize)
 }
 
+/// The newest CUDA version the installed driver supports (`cuDriverGetVersion`), written as
+/// CUDA writes versions: 1000 × major + 10 × minor (13000 is 13.0, 12090 is 12.9). Needs no
+/// [`init`]; fails with the loader's error when there is no driver.
+///
+/// ```no_run
+/// let v = cuda_graph::driver_version()?;
+/// println!("driver supports CUDA {}.{}", v / 1000, v % 1000 / 10);
+/// assert!(v >= cuda_graph::HEADERS_VERSION, "the driver is older than the headers");
+/// # Ok::<(), cuda_graph::Error>(())
+/// ```
+pub fn driver_version() -> Result<i32> {
+    let mut version = 0;
+    check(
+        // SAFETY: `version` is a valid out-pointer.
+        unsafe { sys::cuDriverGetVersion(&mut version) },
+        "cuDriverGetVersion",
+    )?;
+    Ok(version)
+}
+
+/// The version of the CUDA headers this crate was built against (`CUDA_VERSION` of `cuda.h`),
+/// in the form of [`driver_version`]. With an older driver, a call whose entry point the driver
+/// does not export fails with `CUDA_ERROR_NOT_FOUND` and the loader's error naming the symbol.
+pub const HEADERS_VERSION: i32 = sys::CUDA_VERSION as i32;
+
 /// A device with its primary context retained: the context the runtime API uses too, so handles
 /// made here and by runtime-API code on the same device interoperate.
 ///

@@ -339,6 +339,14 @@ impl Graph {
 
     /// Adds an alloc node (`cuGraphAddMemAllocNode`, G.3.1) and returns it with the allocation,
     /// whose address is fixed from now on.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `cuGraphAddMemAllocNode`, before any driver call, for 0 bytes or a size
+    /// of the device's whole memory or more. CUDA accepts a 0-byte allocation under stream
+    /// capture (an alloc node of 0 bytes) and refuses it for an explicit node; this crate refuses
+    /// both, so that every allocation it hands out has an address that is its own. A size the
+    /// device cannot hold would be accepted by CUDA and fail only at the launch or upload. Sums
+    /// of allocations are not checked: what fits depends on what else is allocated then.
     pub fn add_mem_alloc_node(
         &mut self,
         deps: &[Node],

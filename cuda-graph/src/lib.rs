@@ -230,7 +230,7 @@ mod uses;
 pub use alloc::{Access, AllocParams, GraphAllocation};
 pub use capture::{Capture, CaptureMode, capture};
 pub use deferred::{DropErrors, flush_deferred};
-pub use device::{Device, device_count, init};
+pub use device::{Device, HEADERS_VERSION, device_count, driver_version, init};
 pub use error::{DriverError, Error, Result};
 pub use event::{Event, EventFlags};
 pub use exec::{ExecGraph, InstantiateFlags};

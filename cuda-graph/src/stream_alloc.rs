@@ -87,6 +87,14 @@ pub struct StreamAllocation<'s, S: AsStream> {
 
 impl<'s, S: AsStream> StreamAllocation<'s, S> {
     /// `bytes` from the device's current memory pool (`cuMemAllocAsync`), ordered on `stream`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `cuMemAllocAsync`, before any driver call, for 0 bytes or a size
+    /// of the device's whole memory or more. CUDA accepts a 0-byte allocation under stream
+    /// capture (an alloc node of 0 bytes) and refuses it for an explicit node; this crate refuses
+    /// both, so that every allocation it hands out has an address that is its own. A size the
+    /// device cannot hold would be accepted by CUDA and fail only at the launch or upload. Sums
+    /// of allocations are not checked: what fits depends on what else is allocated then.
     pub fn new(stream: &'s S, bytes: usize) -> Result<Self> {
         Self::allocate(stream, bytes, "cuMemAllocAsync", |ptr| {
             // SAFETY: out-pointer valid; the stream is live and not capturing (checked).

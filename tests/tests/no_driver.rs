@@ -86,6 +86,17 @@ fn driver_part(first: CUresult) {
     // SAFETY: `version` is a valid out-pointer.
     let second = unsafe { cuda_graph_sys::cuDriverGetVersion(&mut version) };
     assert_eq!(second, CUresult::CUDA_ERROR_NO_DEVICE, "cuDriverGetVersion");
+    // The safe layer's version query names the call and carries the loader's explanation.
+    match cuda_graph::driver_version() {
+        Err(cuda_graph::Error::Driver(e)) => {
+            assert_eq!(e.call, "cuDriverGetVersion");
+            assert!(
+                e.load.is_some(),
+                "the loader's error should come with it: {e:?}"
+            );
+        }
+        other => panic!("driver_version() without a driver: {other:?}"),
+    }
     // SAFETY: without a driver library the call returns before it could touch its arguments
     // (asserted just above: the library is not loaded).
     let alloc_node = unsafe {

@@ -191,3 +191,18 @@ fn freeing_in_two_graphs_is_refused_until_one_is_dropped() {
     // The owner, which does not free it, instantiates (its allocation stays live after a launch).
     owner.instantiate(InstantiateFlags::NONE).unwrap();
 }
+
+/// `driver_version` reads the driver's `cuDriverGetVersion` (the stub says 13000);
+/// `HEADERS_VERSION` is the headers' `CUDA_VERSION`.
+#[test]
+fn driver_version_is_the_drivers_answer() {
+    let Some((_device, _fill, _module)) = stub("driver_version_is_the_drivers_answer") else {
+        return;
+    };
+    assert_eq!(cuda_graph::driver_version().unwrap(), 13000);
+    assert_eq!(
+        cuda_graph::HEADERS_VERSION,
+        cuda_graph::sys::CUDA_VERSION as i32
+    );
+    const { assert!(cuda_graph::HEADERS_VERSION >= 12030) };
+}
