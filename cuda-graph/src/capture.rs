@@ -220,13 +220,48 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// `cuMemFreeAsync` on the capturing stream: becomes a free node, ordered after the captured
     /// work before it. `allocation` may come from this capture or from another graph (G.3.3).
     pub fn free_async(&self, allocation: &GraphAllocation) -> Result<()> {
+        self.free_captured(self.stream, allocation)
+    }
+
+    /// `cuMemFreeAsync` on `stream`, another stream that joined the capture through
+    /// [`fork`](Capture::fork): becomes a free node ordered after the work captured on `stream`
+    /// before it (the guide's `cudaFreeAsync(d, stream2)` inside a capture). Refused, with
+    /// nothing freed, when `stream` is not capturing into this capture: the free would run now,
+    /// on an address that exists only in the graph.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::*;
+    /// # fn main() -> Result<()> {
+    /// let device = Device::get(0)?;
+    /// let (s1, s2) = (Stream::new(&device)?, Stream::new(&device)?);
+    /// let graph = capture(&s1, CaptureMode::Global, |cap| {
+    ///     let a = cap.malloc_async(1 << 20)?;
+    ///     cap.fork(&s2)?; // s2 joins the capture after the allocation
+    ///     cap.free_async_on(&s2, &a)?;
+    ///     cap.join(&s2)
+    /// })?
+    /// .0;
+    /// assert_eq!(graph.nodes().len(), 2); // the alloc node and the free node
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn free_async_on(
+        &self,
+        stream: &impl AsStream,
+        allocation: &GraphAllocation,
+    ) -> Result<()> {
+        self.check_member("Capture::free_async_on", stream)?;
+        self.free_captured(stream, allocation)
+    }
+
+    fn free_captured(&self, stream: &impl AsStream, allocation: &GraphAllocation) -> Result<()> {
         self.keep.push(allocation.keep());
         check(
-            // SAFETY: the stream is capturing; the driver validates the address.
-            unsafe { sys::cuMemFreeAsync(allocation.ptr(), self.stream.as_raw_stream()) },
+            // SAFETY: the stream captures into this capture; the driver validates the address.
+            unsafe { sys::cuMemFreeAsync(allocation.ptr(), stream.as_raw_stream()) },
             "cuMemFreeAsync",
         )?;
-        match last_captured_node(self.stream)? {
+        match last_captured_node(stream)? {
             Some(node) => self
                 .captured
                 .borrow_mut()

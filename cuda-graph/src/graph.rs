@@ -472,17 +472,103 @@ impl Graph {
             width: count,
             height: 1,
         };
+        self.add_memset_raw(deps, target, &params)
+    }
+
+    /// Adds the memset node `params` describes, whose region the caller checked against
+    /// `target`; records its use of a graph allocation and keeps `target` alive.
+    fn add_memset_raw(
+        &mut self,
+        deps: &[Node],
+        target: &impl DeviceAddress,
+        params: &sys::CUDA_MEMSET_NODE_PARAMS,
+    ) -> Result<Node> {
+        const CALL: &str = "cuGraphAddMemsetNode";
         self.device.bind()?;
         let context = self.device.context_raw();
         let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
-            // SAFETY: `add_raw`'s pointers are valid for the call; the range was checked against
-            // the target's size.
-            unsafe { sys::cuGraphAddMemsetNode(node, graph, deps, count, &params, context) }
+            // SAFETY: `add_raw`'s pointers are valid for the call; the region was checked
+            // against the target's size.
+            unsafe { sys::cuGraphAddMemsetNode(node, graph, deps, count, params, context) }
         })?;
         let node = self.push(raw, NodeKind::Memset, indices);
         self.nodes[node.index()].uses = target.graph_allocation().cloned().into_iter().collect();
         self.keep.push(target.owner().keep());
         Ok(node)
+    }
+
+    /// Adds a memset node that writes `value` (1, 2 or 4 bytes: `u8`, `u16` or `u32`) into a
+    /// 2-D region of `target`: `height` rows of `width` elements, each row `pitch` bytes after
+    /// the one before (`cuGraphAddMemsetNode` with `elementSize`, `width`, `height`, `pitch`).
+    /// With `height` 1 it is a 1-D memset of `width` elements, and `pitch` is not used.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `cuGraphAddMemsetNode`, before any driver call, for an
+    /// empty region, a `pitch` shorter than a row (with more than one row), or a region that does
+    /// not fit `target` (the last row ends at `pitch × (height − 1) + width × size` bytes,
+    /// computed without overflow). The driver's own error for an address or pitch that is not a
+    /// multiple of the element size.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::*;
+    /// # fn main() -> Result<()> {
+    /// let device = Device::get(0)?;
+    /// let image = DeviceBuffer::<u8>::zeroed(&device, 64 * 48)?; // 48 rows of 64 bytes
+    /// let mut graph = Graph::new(&device)?;
+    /// // The left 16 bytes of every row, set to 0xFF.
+    /// graph.add_memset_node_2d(&[], &image, 0xFFu8, 16, 48, 64)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add_memset_node_2d<T: MemsetValue>(
+        &mut self,
+        deps: &[Node],
+        target: &impl DeviceAddress,
+        value: T,
+        width: usize,
+        height: usize,
+        pitch: usize,
+    ) -> Result<Node> {
+        const CALL: &str = "cuGraphAddMemsetNode";
+        let size = std::mem::size_of::<T>();
+        let row = width.checked_mul(size);
+        let pitch = if height == 1 { row.unwrap_or(0) } else { pitch };
+        let end = row.and_then(|row| {
+            pitch
+                .checked_mul(height.checked_sub(1)?)
+                .and_then(|start| start.checked_add(row))
+        });
+        let problem = if width == 0 || height == 0 {
+            Some("an empty region".to_string())
+        } else if row.is_some_and(|row| height > 1 && pitch < row) {
+            Some(format!(
+                "a pitch of {pitch} bytes is shorter than a row of {width} elements of {size} bytes"
+            ))
+        } else if end.is_none_or(|end| end > target.byte_len()) {
+            let region = if height == 1 {
+                format!("{width} elements of {size} bytes")
+            } else {
+                format!("{height} rows of {width} elements of {size} bytes, {pitch} bytes apart,")
+            };
+            Some(format!(
+                "{region} do not fit a target of {} bytes",
+                target.byte_len()
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(Error::invalid(CALL, problem));
+        }
+        let params = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: target.device_ptr(),
+            pitch,
+            value: value.bits(),
+            elementSize: size as u32,
+            width,
+            height,
+        };
+        self.add_memset_raw(deps, target, &params)
     }
 
     /// Adds a memcpy node copying `bytes` from `src` to `dst`, both device memory.
@@ -1020,3 +1106,34 @@ type NodeLists = (
     Vec<sys::CUgraphNode>,
     Vec<sys::CUgraphNode>,
 );
+
+/// A value a memset node writes: 1, 2 or 4 bytes (CUDA's element sizes). Sealed.
+pub trait MemsetValue: memset_value::Sealed + Copy {
+    /// The value as CUDA's 32-bit `value` field holds it (zero-extended).
+    fn bits(self) -> u32;
+}
+
+mod memset_value {
+    pub trait Sealed {}
+    impl Sealed for u8 {}
+    impl Sealed for u16 {}
+    impl Sealed for u32 {}
+}
+
+impl MemsetValue for u8 {
+    fn bits(self) -> u32 {
+        u32::from(self)
+    }
+}
+
+impl MemsetValue for u16 {
+    fn bits(self) -> u32 {
+        u32::from(self)
+    }
+}
+
+impl MemsetValue for u32 {
+    fn bits(self) -> u32 {
+        self
+    }
+}

@@ -235,7 +235,7 @@ pub use error::{DriverError, Error, Result};
 pub use event::{Event, EventFlags};
 pub use exec::{ExecGraph, InstantiateFlags};
 pub use footprint::{Bytes, GraphMemInfo};
-pub use graph::{Graph, MemOp, Node, NodeKind, NodeRecord};
+pub use graph::{Graph, MemOp, MemsetValue, Node, NodeKind, NodeRecord};
 pub use inline_list::Few;
 pub use live_objects::{LiveObjects, live_objects};
 pub use memory::{DeviceAddress, DeviceBuffer};

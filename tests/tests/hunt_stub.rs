@@ -961,3 +961,93 @@ fn no_driver_call_from_the_release_thread_during_exit_teardown() {
         );
     }
 }
+
+/// The region checks of `Graph::add_memset_node_2d`, against the checking stub: regions that
+/// fit (1-D of each element size, 2-D with a pitch, the last row ending at the target's end)
+/// become memset nodes; an empty region, a pitch shorter than a row, a region one row or one
+/// element too long, and sizes whose byte counts overflow are refused by name before the
+/// driver, and the stub reports no misuse.
+fn memset_body() {
+    let device = Device::get(0).unwrap();
+    let image = DeviceBuffer::<u8>::zeroed(&device, 64 * 48).unwrap();
+    let mut graph = Graph::new(&device).unwrap();
+    let fits: [(&str, cuda_graph::Result<cuda_graph::Node>); 4] = [
+        (
+            "u8, 1-D, whole",
+            graph.add_memset_node_2d(&[], &image, 0xABu8, 64 * 48, 1, 0),
+        ),
+        (
+            "u16, 1-D, whole",
+            graph.add_memset_node_2d(&[], &image, 0xABCDu16, 32 * 48, 1, 0),
+        ),
+        (
+            "u32, 2-D, left half",
+            graph.add_memset_node_2d(&[], &image, 7u32, 8, 48, 64),
+        ),
+        (
+            "u8, 2-D, last row ends at the end",
+            graph.add_memset_node_2d(&[], &image, 1u8, 64, 48, 64),
+        ),
+    ];
+    for (what, node) in fits {
+        let node = node.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            graph.node(node).unwrap().kind,
+            cuda_graph::NodeKind::Memset,
+            "{what}"
+        );
+    }
+    let refused: [(&str, cuda_graph::Result<cuda_graph::Node>); 7] = [
+        (
+            "empty width",
+            graph.add_memset_node_2d(&[], &image, 0u8, 0, 1, 0),
+        ),
+        (
+            "empty height",
+            graph.add_memset_node_2d(&[], &image, 0u8, 1, 0, 64),
+        ),
+        (
+            "pitch shorter than a row",
+            graph.add_memset_node_2d(&[], &image, 0u16, 33, 2, 64),
+        ),
+        (
+            "one row too many",
+            graph.add_memset_node_2d(&[], &image, 0u8, 64, 49, 64),
+        ),
+        (
+            "one element too many",
+            graph.add_memset_node_2d(&[], &image, 0u16, 32 * 48 + 1, 1, 0),
+        ),
+        (
+            "width overflows",
+            graph.add_memset_node_2d(&[], &image, 0u32, usize::MAX / 4 + 2, 1, 0),
+        ),
+        (
+            "pitch overflows",
+            graph.add_memset_node_2d(&[], &image, 0u8, 1, 3, usize::MAX / 2 + 1),
+        ),
+    ];
+    for (what, result) in refused {
+        match result {
+            Err(cuda_graph::Error::InvalidArgument { call, reason }) => {
+                assert_eq!(call, "cuGraphAddMemsetNode", "{what}");
+                println!("{what}: refused: {reason}");
+            }
+            other => panic!("{what}: not refused by name: {other:?}"),
+        }
+    }
+    assert_eq!(graph.nodes().len(), 4, "a refused memset left a node");
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn memset_regions_are_checked_before_the_driver() {
+    let Some((ok, out)) = isolated(
+        "memset_regions_are_checked_before_the_driver",
+        &[],
+        memset_body,
+    ) else {
+        return;
+    };
+    assert!(ok, "{out}");
+}

@@ -258,3 +258,75 @@ fn capture_on_the_per_thread_stream() {
     per_thread.synchronize().unwrap();
     assert_iota(&out.to_vec().unwrap(), 100, "per-thread capture");
 }
+
+/// `Capture::free_async_on`: the allocation is made and written on stream 1, read on stream 2
+/// after a fork, and freed on stream 2 (the guide's `cudaFreeAsync(d, stream2)` inside a
+/// capture); the free node follows the read on stream 2, the graph passes the lifetime check,
+/// and the read copies the data on each of two launches. A free on a stream that is not part of
+/// the capture is refused by name, frees nothing and leaves the capture usable.
+#[test]
+#[ignore = "needs a GPU"]
+fn free_on_a_forked_stream_inside_a_capture() {
+    let Some(g) = gpu("free_on_a_forked_stream_inside_a_capture") else {
+        return;
+    };
+    let device = &g.device;
+    let (s1, s2, outside) = (
+        Stream::new(device).unwrap(),
+        Stream::new(device).unwrap(),
+        Stream::new(device).unwrap(),
+    );
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let cfg = config(N);
+    let (graph, a) = capture(&s1, CaptureMode::Global, |cap| {
+        let a = cap.malloc_async(BYTES)?;
+        // SAFETY: iota_u32(u32*, u64, u32) and copy_u32(u32*, const u32*, u64) over the N
+        // values of `a` and `out`.
+        unsafe { cap.launch(&g.k.iota, cfg, &KernelArgs::new().ptr(&a).value(N).value(5u32))? };
+        cap.fork(&s2)?;
+        // SAFETY: as above.
+        unsafe {
+            cap.launch_on(&s2, &g.k.copy, cfg, &KernelArgs::new().ptr(&out).ptr(&a).value(N))?
+        };
+        let refused = cap.free_async_on(&outside, &a);
+        assert!(
+            matches!(&refused, Err(Error::InvalidArgument { call, .. }) if *call == "Capture::free_async_on"),
+            "a free on a stream outside the capture: {refused:?}"
+        );
+        cap.free_async_on(&s2, &a)?;
+        cap.join(&s2)?;
+        Ok(a)
+    })
+    .unwrap();
+    let nodes = graph.nodes();
+    let free = nodes
+        .iter()
+        .position(|n| n.kind == NodeKind::MemFree)
+        .expect("a free node");
+    assert!(matches!(&nodes[free].mem[..], [MemOp::Free(x)] if x.same(&a)));
+    let copy = nodes
+        .iter()
+        .position(|n| {
+            matches!(n.kind, NodeKind::Kernel(_))
+                && n.deps.len() == 1
+                && nodes[n.deps[0] as usize].kind != NodeKind::MemAlloc
+        })
+        .expect("the copy on stream 2");
+    assert!(
+        nodes[free].deps.iter().any(|&d| d as usize == copy),
+        "the free node follows the read on stream 2: {nodes:?}"
+    );
+    graph.check().unwrap();
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    for launch in 0..2 {
+        out.copy_from(&vec![0; N as usize]).unwrap();
+        exec.launch(&s1).unwrap();
+        s1.synchronize().unwrap();
+        assert_iota(
+            &out.to_vec().unwrap(),
+            5,
+            &format!("launch {launch}: the copy on stream 2"),
+        );
+    }
+    assert_eq!(outside.capture_status().unwrap(), CaptureStatus::None);
+}

@@ -388,3 +388,61 @@ fn child_graph_with_memory_nodes_moved_not_copied() {
     }
     assert_all(&plain_out.to_vec().unwrap(), 9, "copied child's fill");
 }
+
+/// Memset nodes of 1- and 2-byte elements and 2-D regions (`Graph::add_memset_node_2d`): on a
+/// 64 × 48-byte image, in this order, a `u16` memset of the whole image, a `u32` memset of
+/// every third row (pitch 192), and a `u8` memset of the left 16 bytes of every other row
+/// (pitch 128); every byte read back is what the three leave. A graph allocation written by a
+/// 2-D memset between its alloc and free nodes passes the lifetime check.
+#[test]
+#[ignore = "needs a GPU"]
+fn memset_nodes_of_each_element_size_and_in_two_dimensions() {
+    let Some(g) = gpu("memset_nodes_of_each_element_size_and_in_two_dimensions") else {
+        return;
+    };
+    let device = &g.device;
+    const W: usize = 64;
+    const H: usize = 48;
+    let image = DeviceBuffer::<u8>::zeroed(device, W * H).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    let all = graph
+        .add_memset_node_2d(&[], &image, 0xA1B2u16, W * H / 2, 1, 0)
+        .unwrap();
+    let rows = graph
+        .add_memset_node_2d(&[all], &image, 0x0403_0201u32, W / 4, H / 3, 3 * W)
+        .unwrap();
+    graph
+        .add_memset_node_2d(&[rows], &image, 0xFFu8, 16, H / 2, 2 * W)
+        .unwrap();
+    let stream = Stream::new(device).unwrap();
+    graph
+        .instantiate(InstantiateFlags::NONE)
+        .unwrap()
+        .launch(&stream)
+        .unwrap();
+    stream.synchronize().unwrap();
+    let got = image.to_vec().unwrap();
+    for (i, &byte) in got.iter().enumerate() {
+        let (row, col) = (i / W, i % W);
+        let want = if row % 2 == 0 && col < 16 {
+            0xFF
+        } else if row % 3 == 0 {
+            [1, 2, 3, 4][col % 4] // little-endian 0x04030201
+        } else if i % 2 == 0 {
+            0xB2 // little-endian 0xA1B2
+        } else {
+            0xA1
+        };
+        assert_eq!(byte, want, "row {row}, byte {col}");
+    }
+
+    let mut graph = Graph::new(device).unwrap();
+    let (alloc, a) = graph
+        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES))
+        .unwrap();
+    let set = graph
+        .add_memset_node_2d(&[alloc], &a, 0x5Au8, 256, 16, 1024)
+        .unwrap();
+    graph.add_mem_free_node(&[set], &a).unwrap();
+    graph.check().unwrap();
+}
