@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::alloc::GraphAllocation;
 use crate::deferred::{self, Restricts};
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, driver};
 use crate::event::{Event, EventFlags};
 use crate::graph::{Graph, MemOp, NodeKind, NodeParts, next_graph_id, read_graph};
 use crate::inline_list::Few;
@@ -102,11 +102,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
                 "the stream is already capturing; end that capture first",
             ));
         }
-        check(
-            // SAFETY: the stream is live.
-            unsafe { sys::cuStreamBeginCapture(stream.as_raw_stream(), mode.raw()) },
-            "cuStreamBeginCapture",
-        )?;
+        // SAFETY: the stream is live.
+        driver!(unsafe { sys::cuStreamBeginCapture(stream.as_raw_stream(), mode.raw()) })?;
         let capture_id = match capture_id(stream.as_raw_stream()) {
             Ok(Some(id)) => id,
             other => {
@@ -213,11 +210,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// work before it. `allocation` may come from this capture or from another graph (G.3.3).
     pub fn free_async(&self, allocation: &GraphAllocation) -> Result<()> {
         self.keep.push(allocation.keep());
-        check(
-            // SAFETY: the stream is capturing; the driver validates the address.
-            unsafe { sys::cuMemFreeAsync(allocation.ptr(), self.stream.as_raw_stream()) },
-            "cuMemFreeAsync",
-        )?;
+        // SAFETY: the stream is capturing; the driver validates the address.
+        driver!(unsafe { sys::cuMemFreeAsync(allocation.ptr(), self.stream.as_raw_stream()) })?;
         match last_captured_node(self.stream)? {
             Some(node) => self
                 .captured

@@ -4,7 +4,7 @@ use std::ffi::CStr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::deferred::{self, DropErrors};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, driver};
 use crate::sys;
 
 /// Initialises the driver (`cuInit`) once per process; later calls return the first result.
@@ -12,7 +12,7 @@ pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
     INIT.get_or_init(|| {
         // SAFETY: cuInit takes flags by value; 0 is the only valid value.
-        check(unsafe { sys::cuInit(0) }, "cuInit")?;
+        driver!(unsafe { sys::cuInit(0) })?;
         // After cuInit: exit handlers run in reverse order, so this one runs before the
         // driver's own teardown.
         deferred::stop_releases_at_exit();
@@ -25,11 +25,8 @@ pub fn init() -> Result<()> {
 pub fn device_count() -> Result<usize> {
     init()?;
     let mut count = 0;
-    check(
-        // SAFETY: `count` is a valid out-pointer.
-        unsafe { sys::cuDeviceGetCount(&mut count) },
-        "cuDeviceGetCount",
-    )?;
+    // SAFETY: `count` is a valid out-pointer.
+    driver!(unsafe { sys::cuDeviceGetCount(&mut count) })?;
     Ok(count as usize)
 }
 
@@ -112,17 +109,11 @@ impl Device {
             ));
         }
         let mut device = 0;
-        check(
-            // SAFETY: `device` is a valid out-pointer; the ordinal was checked above.
-            unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) },
-            "cuDeviceGet",
-        )?;
+        // SAFETY: `device` is a valid out-pointer; the ordinal was checked above.
+        driver!(unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) })?;
         let mut context = std::ptr::null_mut();
-        check(
-            // SAFETY: `context` is a valid out-pointer; `device` came from cuDeviceGet.
-            unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) },
-            "cuDevicePrimaryCtxRetain",
-        )?;
+        // SAFETY: `context` is a valid out-pointer; `device` came from cuDeviceGet.
+        driver!(unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) })?;
         Ok(Device {
             inner: Arc::new(PrimaryContext {
                 ordinal,
@@ -162,17 +153,11 @@ impl Device {
             ));
         }
         let mut current = std::ptr::null_mut();
-        check(
-            // SAFETY: `current` is a valid out-pointer.
-            unsafe { sys::cuCtxGetCurrent(&mut current) },
-            "cuCtxGetCurrent",
-        )?;
+        // SAFETY: `current` is a valid out-pointer.
+        driver!(unsafe { sys::cuCtxGetCurrent(&mut current) })?;
         if current != self.inner.context {
-            check(
-                // SAFETY: the context is retained for as long as `self` lives.
-                unsafe { sys::cuCtxSetCurrent(self.inner.context) },
-                "cuCtxSetCurrent",
-            )?;
+            // SAFETY: the context is retained for as long as `self` lives.
+            driver!(unsafe { sys::cuCtxSetCurrent(self.inner.context) })?;
         }
         Ok(())
     }
@@ -180,13 +165,10 @@ impl Device {
     /// The device's name (`cuDeviceGetName`).
     pub fn name(&self) -> Result<String> {
         let mut buffer = [0 as std::ffi::c_char; 256];
-        check(
-            // SAFETY: the buffer holds `len` bytes.
-            unsafe {
-                sys::cuDeviceGetName(buffer.as_mut_ptr(), buffer.len() as i32, self.as_raw())
-            },
-            "cuDeviceGetName",
-        )?;
+        // SAFETY: the buffer holds `len` bytes.
+        driver!(unsafe {
+            sys::cuDeviceGetName(buffer.as_mut_ptr(), buffer.len() as i32, self.as_raw())
+        })?;
         // SAFETY: the driver wrote a NUL-terminated string into the buffer.
         Ok(unsafe { CStr::from_ptr(buffer.as_ptr()) }
             .to_string_lossy()
@@ -196,22 +178,16 @@ impl Device {
     /// Total memory of the device in bytes (`cuDeviceTotalMem`).
     pub fn total_memory(&self) -> Result<usize> {
         let mut bytes = 0;
-        check(
-            // SAFETY: `bytes` is a valid out-pointer.
-            unsafe { sys::cuDeviceTotalMem(&mut bytes, self.as_raw()) },
-            "cuDeviceTotalMem",
-        )?;
+        // SAFETY: `bytes` is a valid out-pointer.
+        driver!(unsafe { sys::cuDeviceTotalMem(&mut bytes, self.as_raw()) })?;
         Ok(bytes)
     }
 
     /// A device attribute (`cuDeviceGetAttribute`).
     pub fn attribute(&self, attribute: sys::CUdevice_attribute) -> Result<i32> {
         let mut value = 0;
-        check(
-            // SAFETY: `value` is a valid out-pointer; an unknown attribute is an error code.
-            unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, self.as_raw()) },
-            "cuDeviceGetAttribute",
-        )?;
+        // SAFETY: `value` is a valid out-pointer; an unknown attribute is an error code.
+        driver!(unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, self.as_raw()) })?;
         Ok(value)
     }
 
@@ -235,11 +211,8 @@ impl Device {
     /// Whether this device can map memory resident on `peer` (`cuDeviceCanAccessPeer`).
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
         let mut can = 0;
-        check(
-            // SAFETY: `can` is a valid out-pointer; both devices are valid.
-            unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.as_raw(), peer.as_raw()) },
-            "cuDeviceCanAccessPeer",
-        )?;
+        // SAFETY: `can` is a valid out-pointer; both devices are valid.
+        driver!(unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.as_raw(), peer.as_raw()) })?;
         Ok(can != 0)
     }
 
@@ -248,7 +221,7 @@ impl Device {
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the context is current.
-        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+        driver!(unsafe { sys::cuCtxSynchronize() })?;
         deferred::flush_if_queued();
         Ok(())
     }
@@ -284,11 +257,8 @@ impl Device {
     /// (`cuStreamSynchronize`).
     pub(crate) fn synchronize_reaper(&self) -> Result<()> {
         match self.inner.reaper.get() {
-            Some(Ok(stream)) => check(
-                // SAFETY: the reaper stream lives as long as the device.
-                unsafe { sys::cuStreamSynchronize(*stream) },
-                "cuStreamSynchronize",
-            ),
+            // SAFETY: the reaper stream lives as long as the device.
+            Some(Ok(stream)) => driver!(unsafe { sys::cuStreamSynchronize(*stream) }),
             _ => Ok(()),
         }
     }
@@ -300,16 +270,10 @@ impl Device {
             .get_or_init(|| {
                 self.bind()?;
                 let mut stream = std::ptr::null_mut();
-                check(
-                    // SAFETY: `stream` is a valid out-pointer; the context is current.
-                    unsafe {
-                        sys::cuStreamCreate(
-                            &mut stream,
-                            sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0,
-                        )
-                    },
-                    "cuStreamCreate",
-                )?;
+                // SAFETY: `stream` is a valid out-pointer; the context is current.
+                driver!(unsafe {
+                    sys::cuStreamCreate(&mut stream, sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0)
+                })?;
                 Ok(stream)
             })
             .clone()

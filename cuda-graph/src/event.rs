@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::{Result, check, driver};
 use crate::sys;
 
 /// Event creation flags (`CU_EVENT_*`), a bit-set.
@@ -62,11 +62,8 @@ impl Event {
     pub fn with_flags(device: &Device, flags: EventFlags) -> Result<Event> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: `raw` is a valid out-pointer; the context is current.
-            unsafe { sys::cuEventCreate(&mut raw, flags.bits()) },
-            "cuEventCreate",
-        )?;
+        // SAFETY: `raw` is a valid out-pointer; the context is current.
+        driver!(unsafe { sys::cuEventCreate(&mut raw, flags.bits()) })?;
         Ok(Event {
             inner: Arc::new(EventInner {
                 raw,
@@ -78,11 +75,8 @@ impl Event {
 
     /// Waits on the host for the recorded work (`cuEventSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
-        check(
-            // SAFETY: the event is live.
-            unsafe { sys::cuEventSynchronize(self.inner.raw) },
-            "cuEventSynchronize",
-        )
+        // SAFETY: the event is live.
+        driver!(unsafe { sys::cuEventSynchronize(self.inner.raw) })
     }
 
     /// Whether the recorded work is done (`cuEventQuery`).
@@ -99,11 +93,8 @@ impl Event {
     /// timing enabled.
     pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
         let mut ms = 0.0;
-        check(
-            // SAFETY: `ms` is a valid out-pointer; both events are live.
-            unsafe { sys::cuEventElapsedTime(&mut ms, start.inner.raw, self.inner.raw) },
-            "cuEventElapsedTime",
-        )?;
+        // SAFETY: `ms` is a valid out-pointer; both events are live.
+        driver!(unsafe { sys::cuEventElapsedTime(&mut ms, start.inner.raw, self.inner.raw) })?;
         Ok(ms)
     }
 

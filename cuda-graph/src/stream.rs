@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, driver};
 use crate::event::Event;
 use crate::sys;
 
@@ -20,11 +20,8 @@ pub trait AsStream {
     /// the releases the crate put off ([`flush_deferred`](crate::flush_deferred)).
     fn synchronize(&self) -> Result<()> {
         self.device().bind()?;
-        check(
-            // SAFETY: the stream handle is live for as long as `self` is.
-            unsafe { sys::cuStreamSynchronize(self.as_raw_stream()) },
-            "cuStreamSynchronize",
-        )?;
+        // SAFETY: the stream handle is live for as long as `self` is.
+        driver!(unsafe { sys::cuStreamSynchronize(self.as_raw_stream()) })?;
         deferred::flush_if_queued();
         Ok(())
     }
@@ -35,33 +32,24 @@ pub trait AsStream {
     fn stream_id(&self) -> Result<u64> {
         self.device().bind()?;
         let mut id = 0;
-        check(
-            // SAFETY: `id` is a valid out-pointer; the stream is live.
-            unsafe { sys::cuStreamGetId(self.as_raw_stream(), &mut id) },
-            "cuStreamGetId",
-        )?;
+        // SAFETY: `id` is a valid out-pointer; the stream is live.
+        driver!(unsafe { sys::cuStreamGetId(self.as_raw_stream(), &mut id) })?;
         Ok(id)
     }
 
     /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`).
     fn wait_event(&self, event: &Event) -> Result<()> {
         self.device().bind()?;
-        check(
-            // SAFETY: both handles are live.
-            unsafe { sys::cuStreamWaitEvent(self.as_raw_stream(), event.as_raw(), 0) },
-            "cuStreamWaitEvent",
-        )
+        // SAFETY: both handles are live.
+        driver!(unsafe { sys::cuStreamWaitEvent(self.as_raw_stream(), event.as_raw(), 0) })
     }
 
     /// Whether the stream is capturing into a graph (`cuStreamIsCapturing`).
     fn capture_status(&self) -> Result<CaptureStatus> {
         self.device().bind()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        check(
-            // SAFETY: `status` is a valid out-pointer; the stream is live.
-            unsafe { sys::cuStreamIsCapturing(self.as_raw_stream(), &mut status) },
-            "cuStreamIsCapturing",
-        )?;
+        // SAFETY: `status` is a valid out-pointer; the stream is live.
+        driver!(unsafe { sys::cuStreamIsCapturing(self.as_raw_stream(), &mut status) })?;
         Ok(CaptureStatus::from_raw(status))
     }
 }
@@ -72,11 +60,8 @@ impl Event {
     /// Records the event on `stream` (`cuEventRecord`).
     pub fn record(&self, stream: &impl AsStream) -> Result<()> {
         stream.device().bind()?;
-        check(
-            // SAFETY: both handles are live.
-            unsafe { sys::cuEventRecord(self.as_raw(), stream.as_raw_stream()) },
-            "cuEventRecord",
-        )
+        // SAFETY: both handles are live.
+        driver!(unsafe { sys::cuEventRecord(self.as_raw(), stream.as_raw_stream()) })
     }
 }
 
@@ -155,11 +140,8 @@ impl Stream {
     pub fn with_flags(device: &Device, flags: StreamFlags, priority: i32) -> Result<Stream> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: `raw` is a valid out-pointer; the device's context is current.
-            unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags.bits(), priority) },
-            "cuStreamCreateWithPriority",
-        )?;
+        // SAFETY: `raw` is a valid out-pointer; the device's context is current.
+        driver!(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags.bits(), priority) })?;
         Ok(Stream {
             raw,
             device: device.clone(),
@@ -274,11 +256,8 @@ impl Drop for Stream {
 /// `cuStreamIsCapturing` on a raw handle.
 pub(crate) fn raw_capture_status(raw: sys::CUstream) -> Result<CaptureStatus> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    check(
-        // SAFETY: `status` is a valid out-pointer; the caller's stream is live.
-        unsafe { sys::cuStreamIsCapturing(raw, &mut status) },
-        "cuStreamIsCapturing",
-    )?;
+    // SAFETY: `status` is a valid out-pointer; the caller's stream is live.
+    driver!(unsafe { sys::cuStreamIsCapturing(raw, &mut status) })?;
     Ok(CaptureStatus::from_raw(status))
 }
 
