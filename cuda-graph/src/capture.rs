@@ -323,14 +323,15 @@ impl<'s, S: AsStream> Capture<'s, S> {
         self.ended = true;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun by this guard); `raw` is a valid out-pointer.
-        let status = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
+        let ended =
+            driver!(unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) });
         deferred::capture_ended(self.capture_id);
-        if status != sys::CUresult::CUDA_SUCCESS {
+        if let Err(e) = ended {
             if !raw.is_null() {
                 // SAFETY: a graph returned despite the error is ours to destroy.
                 let _ = unsafe { sys::cuGraphDestroy(raw) };
             }
-            check(status, "cuStreamEndCapture")?;
+            return Err(e);
         }
         let id = self.id;
         // SAFETY: `raw` is the captured graph, owned by nobody else.
@@ -358,16 +359,17 @@ impl<S: AsStream> Drop for Capture<'_, S> {
         let device = self.stream.device();
         let mut raw = std::ptr::null_mut();
         // SAFETY: ends the capture this guard began; the graph, if any, is discarded.
-        let code = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
+        let ended =
+            driver!(unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) });
         // An invalidated capture ends with an error, and is over; one the driver would not end
         // (the guard was moved to another thread) still captures, and stays registered.
-        device.record(code, "cuStreamEndCapture");
+        device.record(ended);
         if matches!(self.stream.capture_status(), Ok(CaptureStatus::None)) {
             deferred::capture_ended(self.capture_id);
         }
         if !raw.is_null() {
             // SAFETY: the discarded graph is ours to destroy.
-            device.record(unsafe { sys::cuGraphDestroy(raw) }, "cuGraphDestroy");
+            device.record(driver!(unsafe { sys::cuGraphDestroy(raw) }));
         }
     }
 }

@@ -4,7 +4,7 @@ use std::ffi::CStr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::deferred::{self, DropErrors};
-use crate::error::{Error, Result, check, driver};
+use crate::error::{Error, Result, driver};
 use crate::sys;
 
 /// Initialises the driver (`cuInit`) once per process; later calls return the first result.
@@ -65,18 +65,19 @@ impl Drop for PrimaryContext {
         if let Some(Ok(stream)) = self.reaper.get() {
             // SAFETY: the reaper stream was created in this context and is destroyed once, here;
             // the driver finishes the frees queued on it first.
-            let code = unsafe { sys::cuStreamDestroy(*stream) };
-            record(self.ordinal, code, "cuStreamDestroy");
+            let destroyed = driver!(unsafe { sys::cuStreamDestroy(*stream) });
+            record(self.ordinal, destroyed);
         }
         // SAFETY: retained in `Device::get`; released exactly once.
-        let code = unsafe { sys::cuDevicePrimaryCtxRelease(self.device) };
-        record(self.ordinal, code, "cuDevicePrimaryCtxRelease");
+        let released = driver!(unsafe { sys::cuDevicePrimaryCtxRelease(self.device) });
+        record(self.ordinal, released);
     }
 }
 
-/// Records a failed release of device `ordinal` in its drop-error record.
-pub(crate) fn record(ordinal: usize, code: sys::CUresult, call: &'static str) {
-    if let Err(e) = check(code, call) {
+/// Records a failed release of device `ordinal` (a [`driver!`] call's error) in its drop-error
+/// record.
+pub(crate) fn record(ordinal: usize, released: Result<()>) {
+    if let Err(e) = released {
         deferred::record_drop_error(ordinal, e);
     }
 }
@@ -243,9 +244,9 @@ impl Device {
         deferred::record_drop_error(self.inner.ordinal, error);
     }
 
-    /// Records a failed release call (`code` not `CUDA_SUCCESS`) met in `Drop`.
-    pub(crate) fn record(&self, code: sys::CUresult, call: &'static str) {
-        record(self.inner.ordinal, code, call);
+    /// Records a failed release call met in `Drop`: `device.record(driver!(unsafe { .. }))`.
+    pub(crate) fn record(&self, released: Result<()>) {
+        record(self.inner.ordinal, released);
     }
 
     /// Whether two handles name the same device.

@@ -142,8 +142,7 @@ impl Drop for EventInner {
         let (raw, device) = (self.raw as usize, self.device.clone());
         crate::deferred::release(device.ordinal(), move || {
             // SAFETY: owned and destroyed once, when the last clone drops.
-            let code = unsafe { sys::cuEventDestroy(raw as sys::CUevent) };
-            device.record(code, "cuEventDestroy");
+            device.record(driver!(unsafe { sys::cuEventDestroy(raw as sys::CUevent) }));
             true
         });
     }

@@ -388,8 +388,8 @@ impl Drop for ExecGraph {
         deferred::release(device.ordinal(), move || {
             // SAFETY: owned and destroyed once; live allocations stay live (their handles free
             // them).
-            let code = unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) };
-            device.record(code, "cuGraphExecDestroy");
+            let destroyed = driver!(unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) });
+            device.record(destroyed);
             if let Some(flag) = &instantiated {
                 flag.store(false, Ordering::Release);
             }

@@ -115,8 +115,7 @@ impl Drop for Graph {
             let (raw, device) = (self.raw as usize, self.device.clone());
             crate::deferred::release(device.ordinal(), move || {
                 // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
-                let code = unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) };
-                device.record(code, "cuGraphDestroy");
+                device.record(driver!(unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) }));
                 true
             });
         }
@@ -728,7 +727,7 @@ pub(crate) fn retain_keep(graph: &Graph) -> Result<()> {
     let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
     let mut object = std::ptr::null_mut();
     // SAFETY: `data` is a leaked box that `destroy` frees; the flag is the one CUDA requires.
-    let code = unsafe {
+    let created = driver!(unsafe {
         sys::cuUserObjectCreate(
             &mut object,
             data,
@@ -736,8 +735,8 @@ pub(crate) fn retain_keep(graph: &Graph) -> Result<()> {
             1,
             sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0,
         )
-    };
-    if let Err(e) = check(code, "cuUserObjectCreate") {
+    });
+    if let Err(e) = created {
         // SAFETY: the driver did not take the box.
         drop(unsafe { Box::from_raw(data.cast::<Payload>()) });
         return Err(e);

@@ -87,7 +87,7 @@ impl Drop for BufferMemory {
             }
             // SAFETY: allocated by cuMemAlloc and freed once, when no node, launch or handle
             // refers to it; cuMemFree waits for work using it.
-            device.record(unsafe { sys::cuMemFree(ptr) }, "cuMemFree");
+            device.record(driver!(unsafe { sys::cuMemFree(ptr) }));
             true
         });
     }

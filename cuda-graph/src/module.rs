@@ -43,8 +43,8 @@ impl Drop for ModuleInner {
             }
             // SAFETY: loaded in `Module::load`, unloaded once, when no Function, graph or
             // executable graph refers to it.
-            let code = unsafe { sys::cuModuleUnload(raw as sys::CUmodule) };
-            device.record(code, "cuModuleUnload");
+            let unloaded = driver!(unsafe { sys::cuModuleUnload(raw as sys::CUmodule) });
+            device.record(unloaded);
             true
         });
     }

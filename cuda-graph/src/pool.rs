@@ -78,8 +78,8 @@ impl Drop for MemPool {
         crate::deferred::release(device.ordinal(), move || {
             // SAFETY: owned and destroyed once; the driver defers it while allocations are
             // live.
-            let code = unsafe { sys::cuMemPoolDestroy(raw as sys::CUmemoryPool) };
-            device.record(code, "cuMemPoolDestroy");
+            let destroyed = driver!(unsafe { sys::cuMemPoolDestroy(raw as sys::CUmemoryPool) });
+            device.record(destroyed);
             true
         });
     }

@@ -179,16 +179,16 @@ impl Stream {
         self.device.record_drop_error(Error::CaptureLeftOpen);
         let mut graph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (a registered capture began on it).
-        let code = unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) };
+        let ended = driver!(unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) });
         if !graph.is_null() {
             // SAFETY: the discarded graph is ours to destroy.
-            let destroyed = unsafe { sys::cuGraphDestroy(graph) };
-            self.device.record(destroyed, "cuGraphDestroy");
+            let destroyed = driver!(unsafe { sys::cuGraphDestroy(graph) });
+            self.device.record(destroyed);
         }
-        if code == sys::CUresult::CUDA_SUCCESS {
+        if ended.is_ok() {
             deferred::capture_ended(id);
         } else {
-            self.device.record(code, "cuStreamEndCapture");
+            self.device.record(ended);
         }
     }
 
@@ -241,7 +241,7 @@ impl Drop for Stream {
                 return false;
             }
             // SAFETY: owned and destroyed once; the driver finishes queued work first.
-            device.record(unsafe { sys::cuStreamDestroy(raw) }, "cuStreamDestroy");
+            device.record(driver!(unsafe { sys::cuStreamDestroy(raw) }));
             true
         };
         if deferred::queued() == 0 {
