@@ -44,6 +44,8 @@ pub struct Event {
 struct EventInner {
     raw: sys::CUevent,
     device: Device,
+    /// Whether dropping this destroys `raw` (false once given up by `Event::into_raw`).
+    owns_raw: bool,
     _tracked: crate::live_objects::Tracked,
 }
 
@@ -68,6 +70,7 @@ impl Event {
             inner: Arc::new(EventInner {
                 raw,
                 device: device.clone(),
+                owns_raw: true,
                 _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Event),
             }),
         })
@@ -118,6 +121,7 @@ impl Event {
             inner: Arc::new(EventInner {
                 raw,
                 device: device.clone(),
+                owns_raw: true,
                 _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Event),
             }),
         }
@@ -125,20 +129,17 @@ impl Event {
 
     /// Gives up ownership, if this is the only clone: the caller destroys the event.
     pub fn into_raw(self) -> Result<sys::CUevent, Event> {
-        let inner = Arc::try_unwrap(self.inner).map_err(|inner| Event { inner })?;
-        let mut inner = std::mem::ManuallyDrop::new(inner);
-        // SAFETY: `inner` is never used again; its other fields are dropped exactly once here and
-        // `Drop for EventInner`, which would destroy the handle, does not run.
-        unsafe {
-            std::ptr::drop_in_place(&mut inner.device);
-            std::ptr::drop_in_place(&mut inner._tracked);
-        }
+        let mut inner = Arc::try_unwrap(self.inner).map_err(|inner| Event { inner })?;
+        inner.owns_raw = false;
         Ok(inner.raw)
     }
 }
 
 impl Drop for EventInner {
     fn drop(&mut self) {
+        if !self.owns_raw {
+            return;
+        }
         let (raw, device) = (self.raw as usize, self.device.clone());
         crate::deferred::release(device.ordinal(), move || {
             // SAFETY: owned and destroyed once, when the last clone drops.

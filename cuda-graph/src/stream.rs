@@ -120,6 +120,8 @@ impl std::ops::BitOr for StreamFlags {
 pub struct Stream {
     raw: sys::CUstream,
     device: Device,
+    /// Whether this value destroys `raw` on drop (false once given up by `into_raw`).
+    owns_raw: bool,
     _tracked: crate::live_objects::Tracked,
 }
 
@@ -145,6 +147,7 @@ impl Stream {
         Ok(Stream {
             raw,
             device: device.clone(),
+            owns_raw: true,
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Stream),
         })
     }
@@ -164,6 +167,7 @@ impl Stream {
         Stream {
             raw,
             device: device.clone(),
+            owns_raw: true,
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Stream),
         }
     }
@@ -194,16 +198,10 @@ impl Stream {
 
     /// Gives up ownership: the caller destroys the stream. A capture a forgotten guard left
     /// open on it is ended first, as on drop.
-    pub fn into_raw(self) -> sys::CUstream {
+    pub fn into_raw(mut self) -> sys::CUstream {
         self.end_forgotten_capture();
-        let mut this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never used again; its other fields are dropped exactly once here and
-        // `Drop for Stream`, which would destroy the handle, does not run.
-        unsafe {
-            std::ptr::drop_in_place(&mut this.device);
-            std::ptr::drop_in_place(&mut this._tracked);
-        }
-        this.raw
+        self.owns_raw = false;
+        self.raw
     }
 
     /// A borrowed view of this stream.
@@ -231,6 +229,9 @@ impl Drop for Stream {
     /// destroys the stream: now, or, while stream-ordered frees on it are still queued or it
     /// still takes part in another stream's capture, once those have run.
     fn drop(&mut self) {
+        if !self.owns_raw {
+            return;
+        }
         self.end_forgotten_capture();
         deferred::flush_if_queued();
         let (raw, device) = (self.raw as usize, self.device.clone());
