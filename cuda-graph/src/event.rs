@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::device::Device;
 use crate::error::{Result, check, driver};
+use crate::handle::{Handle, OwnedHandle};
 use crate::sys;
 
 /// Event creation flags (`CU_EVENT_*`), a bit-set.
@@ -132,6 +133,27 @@ impl Event {
         let mut inner = Arc::try_unwrap(self.inner).map_err(|inner| Event { inner })?;
         inner.owns_raw = false;
         Ok(inner.raw)
+    }
+}
+
+impl Handle for Event {
+    type Raw = sys::CUevent;
+
+    fn as_raw(&self) -> sys::CUevent {
+        Event::as_raw(self)
+    }
+}
+
+impl OwnedHandle for Event {
+    /// [`Event::into_raw`]: refused while other clones share the event.
+    fn into_raw(self) -> Result<sys::CUevent, Event> {
+        Event::into_raw(self)
+    }
+
+    /// [`Event::from_raw`]; never fails.
+    unsafe fn from_raw(raw: sys::CUevent, device: &Device) -> Result<Event> {
+        // SAFETY: the caller upholds `Event::from_raw`'s contract, which this one states.
+        Ok(unsafe { Event::from_raw(raw, device) })
     }
 }
 

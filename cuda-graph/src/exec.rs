@@ -9,6 +9,7 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, driver};
 use crate::graph::{Graph, retain_keep};
+use crate::handle::Handle;
 use crate::stream::AsStream;
 use crate::sys;
 use crate::uses::recorded;
@@ -376,6 +377,14 @@ impl ExecGraph {
     /// The raw handle.
     pub fn as_raw(&self) -> sys::CUgraphExec {
         self.raw
+    }
+}
+
+impl Handle for ExecGraph {
+    type Raw = sys::CUgraphExec;
+
+    fn as_raw(&self) -> sys::CUgraphExec {
+        ExecGraph::as_raw(self)
     }
 }
 

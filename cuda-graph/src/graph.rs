@@ -12,6 +12,7 @@ use crate::alloc::{AllocParams, GraphAllocation};
 use crate::device::Device;
 use crate::error::{Error, Result, check, driver};
 use crate::event::Event;
+use crate::handle::{Handle, OwnedHandle};
 use crate::inline_list::Few;
 use crate::int_hash::IdMap;
 use crate::keep::KeepList;
@@ -101,6 +102,27 @@ impl fmt::Debug for Graph {
             .field("nodes", &self.nodes.len())
             .field("device", &self.device.ordinal())
             .finish()
+    }
+}
+
+impl Handle for Graph {
+    type Raw = sys::CUgraph;
+
+    fn as_raw(&self) -> sys::CUgraph {
+        Graph::as_raw(self)
+    }
+}
+
+impl OwnedHandle for Graph {
+    /// [`Graph::into_raw`]; never refused.
+    fn into_raw(self) -> Result<sys::CUgraph, Graph> {
+        Ok(Graph::into_raw(self))
+    }
+
+    /// [`Graph::from_raw`]: fails when the graph's nodes cannot be read.
+    unsafe fn from_raw(raw: sys::CUgraph, device: &Device) -> Result<Graph> {
+        // SAFETY: the caller upholds `Graph::from_raw`'s contract, which this one states.
+        unsafe { Graph::from_raw(raw, device) }
     }
 }
 

@@ -11,6 +11,7 @@ use crate::alloc::GraphAllocation;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, driver};
+use crate::handle::Handle;
 use crate::keep::Keep;
 use crate::stream::{AsStream, BorrowedStream};
 use crate::stream_alloc::{StreamAllocation, StreamMemory};
@@ -197,6 +198,15 @@ impl<T: Pod> DeviceBuffer<T> {
     /// The device.
     pub fn device(&self) -> &Device {
         &self.memory.device
+    }
+}
+
+/// The buffer's device address, as [`DeviceAddress::device_ptr`].
+impl<T: Pod> Handle for DeviceBuffer<T> {
+    type Raw = sys::CUdeviceptr;
+
+    fn as_raw(&self) -> sys::CUdeviceptr {
+        self.memory.ptr
     }
 }
 

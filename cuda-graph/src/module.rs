@@ -8,6 +8,7 @@ use crate::alloc::GraphAllocation;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, driver};
+use crate::handle::Handle;
 use crate::inline_list::Few;
 use crate::keep::Keep;
 use crate::memory::{BufferMemory, DeviceAddress, Owner};
@@ -106,6 +107,14 @@ impl Module {
     /// The device the module is loaded on.
     pub fn device(&self) -> &Device {
         &self.inner.device
+    }
+}
+
+impl Handle for Module {
+    type Raw = sys::CUmodule;
+
+    fn as_raw(&self) -> sys::CUmodule {
+        Module::as_raw(self)
     }
 }
 
@@ -256,6 +265,14 @@ impl Function {
                 )
             })
         })
+    }
+}
+
+impl Handle for Function {
+    type Raw = sys::CUfunction;
+
+    fn as_raw(&self) -> sys::CUfunction {
+        Function::as_raw(self)
     }
 }
 

@@ -3,6 +3,7 @@
 use crate::alloc::{Access, device_location};
 use crate::device::Device;
 use crate::error::{Result, driver};
+use crate::handle::Handle;
 use crate::sys;
 
 /// An explicit memory pool of pinned device memory (`cuMemPoolCreate`), destroyed on drop.
@@ -69,6 +70,14 @@ impl MemPool {
     /// The raw handle.
     pub fn as_raw(&self) -> sys::CUmemoryPool {
         self.raw
+    }
+}
+
+impl Handle for MemPool {
+    type Raw = sys::CUmemoryPool;
+
+    fn as_raw(&self) -> sys::CUmemoryPool {
+        MemPool::as_raw(self)
     }
 }
 

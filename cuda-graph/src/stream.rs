@@ -7,6 +7,7 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check, driver};
 use crate::event::Event;
+use crate::handle::{Handle, OwnedHandle};
 use crate::sys;
 
 /// Anything work can be queued on: an owned or a borrowed stream.
@@ -211,6 +212,27 @@ impl Stream {
             device: self.device.clone(),
             _lifetime: PhantomData,
         }
+    }
+}
+
+impl Handle for Stream {
+    type Raw = sys::CUstream;
+
+    fn as_raw(&self) -> sys::CUstream {
+        Stream::as_raw(self)
+    }
+}
+
+impl OwnedHandle for Stream {
+    /// [`Stream::into_raw`]; never refused.
+    fn into_raw(self) -> Result<sys::CUstream, Stream> {
+        Ok(Stream::into_raw(self))
+    }
+
+    /// [`Stream::from_raw`]; never fails.
+    unsafe fn from_raw(raw: sys::CUstream, device: &Device) -> Result<Stream> {
+        // SAFETY: the caller upholds `Stream::from_raw`'s contract, which this one states.
+        Ok(unsafe { Stream::from_raw(raw, device) })
     }
 }
 
