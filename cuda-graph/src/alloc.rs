@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, driver};
 use crate::event::Event;
 use crate::keep::Keep;
 use crate::stream::{AsStream, CaptureStatus};
@@ -330,12 +330,9 @@ impl GraphAllocation {
         stream.device().bind()?;
         let id = stream.stream_id()?;
         state.order_free(stream.as_raw_stream(), id)?;
-        check(
-            // SAFETY: the address is a live graph allocation (checked above) on the stream's
-            // device; every known use is ordered before this point of the stream.
-            unsafe { sys::cuMemFreeAsync(self.inner.ptr, stream.as_raw_stream()) },
-            "cuMemFreeAsync",
-        )?;
+        // SAFETY: the address is a live graph allocation (checked above) on the stream's
+        // device; every known use is ordered before this point of the stream.
+        driver!(unsafe { sys::cuMemFreeAsync(self.inner.ptr, stream.as_raw_stream()) })?;
         state.forget();
         match crate::uses::recorded(&self.inner.device, stream, None) {
             Ok(event) => state.freed = Some((id, event)),
@@ -459,10 +456,7 @@ impl Drop for AllocInner {
                 state.uses.wait_on(reaper, None)?;
                 // SAFETY: the address is a live graph allocation, freed once, after every
                 // known use; the reaper stream never captures.
-                check(
-                    unsafe { sys::cuMemFreeAsync(ptr, reaper) },
-                    "cuMemFreeAsync",
-                )
+                driver!(unsafe { sys::cuMemFreeAsync(ptr, reaper) })
             });
             if let Err(e) = result {
                 device.record_drop_error(e);

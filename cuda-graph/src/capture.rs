@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::alloc::GraphAllocation;
 use crate::deferred::{self, Restricts};
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, driver};
 use crate::event::{Event, EventFlags};
 use crate::graph::{Graph, MemOp, NodeKind, NodeParts, next_graph_id, read_graph};
 use crate::inline_list::Few;
@@ -102,11 +102,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
                 "the stream is already capturing; end that capture first",
             ));
         }
-        check(
-            // SAFETY: the stream is live.
-            unsafe { sys::cuStreamBeginCapture(stream.as_raw_stream(), mode.raw()) },
-            "cuStreamBeginCapture",
-        )?;
+        // SAFETY: the stream is live.
+        driver!(unsafe { sys::cuStreamBeginCapture(stream.as_raw_stream(), mode.raw()) })?;
         let capture_id = match capture_id(stream.as_raw_stream()) {
             Ok(Some(id)) => id,
             other => {
@@ -256,11 +253,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
 
     fn free_captured(&self, stream: &impl AsStream, allocation: &GraphAllocation) -> Result<()> {
         self.keep.push(allocation.keep());
-        check(
-            // SAFETY: the stream captures into this capture; the driver validates the address.
-            unsafe { sys::cuMemFreeAsync(allocation.ptr(), stream.as_raw_stream()) },
-            "cuMemFreeAsync",
-        )?;
+        // SAFETY: the stream captures into this capture; the driver validates the address.
+        driver!(unsafe { sys::cuMemFreeAsync(allocation.ptr(), stream.as_raw_stream()) })?;
         match last_captured_node(stream)? {
             Some(node) => self
                 .captured
@@ -372,14 +366,15 @@ impl<'s, S: AsStream> Capture<'s, S> {
         self.ended = true;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun by this guard); `raw` is a valid out-pointer.
-        let status = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
+        let ended =
+            driver!(unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) });
         deferred::capture_ended(self.capture_id);
-        if status != sys::CUresult::CUDA_SUCCESS {
+        if let Err(e) = ended {
             if !raw.is_null() {
                 // SAFETY: a graph returned despite the error is ours to destroy.
                 let _ = unsafe { sys::cuGraphDestroy(raw) };
             }
-            check(status, "cuStreamEndCapture")?;
+            return Err(e);
         }
         let id = self.id;
         // SAFETY: `raw` is the captured graph, owned by nobody else.
@@ -407,16 +402,17 @@ impl<S: AsStream> Drop for Capture<'_, S> {
         let device = self.stream.device();
         let mut raw = std::ptr::null_mut();
         // SAFETY: ends the capture this guard began; the graph, if any, is discarded.
-        let code = unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) };
+        let ended =
+            driver!(unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) });
         // An invalidated capture ends with an error, and is over; one the driver would not end
         // (the guard was moved to another thread) still captures, and stays registered.
-        device.record(code, "cuStreamEndCapture");
+        device.record(ended);
         if matches!(self.stream.capture_status(), Ok(CaptureStatus::None)) {
             deferred::capture_ended(self.capture_id);
         }
         if !raw.is_null() {
             // SAFETY: the discarded graph is ours to destroy.
-            device.record(unsafe { sys::cuGraphDestroy(raw) }, "cuGraphDestroy");
+            device.record(driver!(unsafe { sys::cuGraphDestroy(raw) }));
         }
     }
 }

@@ -4,7 +4,7 @@ use std::ffi::CStr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::deferred::{self, DropErrors};
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, driver};
 use crate::sys;
 
 /// Initialises the driver (`cuInit`) once per process; later calls return the first result.
@@ -12,7 +12,7 @@ pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
     INIT.get_or_init(|| {
         // SAFETY: cuInit takes flags by value; 0 is the only valid value.
-        check(unsafe { sys::cuInit(0) }, "cuInit")?;
+        driver!(unsafe { sys::cuInit(0) })?;
         // After cuInit: exit handlers run in reverse order, so this one runs before the
         // driver's own teardown.
         deferred::stop_releases_at_exit();
@@ -25,11 +25,8 @@ pub fn init() -> Result<()> {
 pub fn device_count() -> Result<usize> {
     init()?;
     let mut count = 0;
-    check(
-        // SAFETY: `count` is a valid out-pointer.
-        unsafe { sys::cuDeviceGetCount(&mut count) },
-        "cuDeviceGetCount",
-    )?;
+    // SAFETY: `count` is a valid out-pointer.
+    driver!(unsafe { sys::cuDeviceGetCount(&mut count) })?;
     Ok(count as usize)
 }
 
@@ -45,11 +42,8 @@ pub fn device_count() -> Result<usize> {
 /// ```
 pub fn driver_version() -> Result<i32> {
     let mut version = 0;
-    check(
-        // SAFETY: `version` is a valid out-pointer.
-        unsafe { sys::cuDriverGetVersion(&mut version) },
-        "cuDriverGetVersion",
-    )?;
+    // SAFETY: `version` is a valid out-pointer.
+    driver!(unsafe { sys::cuDriverGetVersion(&mut version) })?;
     Ok(version)
 }
 
@@ -93,18 +87,19 @@ impl Drop for PrimaryContext {
         if let Some(Ok(stream)) = self.reaper.get() {
             // SAFETY: the reaper stream was created in this context and is destroyed once, here;
             // the driver finishes the frees queued on it first.
-            let code = unsafe { sys::cuStreamDestroy(*stream) };
-            record(self.ordinal, code, "cuStreamDestroy");
+            let destroyed = driver!(unsafe { sys::cuStreamDestroy(*stream) });
+            record(self.ordinal, destroyed);
         }
         // SAFETY: retained in `Device::get`; released exactly once.
-        let code = unsafe { sys::cuDevicePrimaryCtxRelease(self.device) };
-        record(self.ordinal, code, "cuDevicePrimaryCtxRelease");
+        let released = driver!(unsafe { sys::cuDevicePrimaryCtxRelease(self.device) });
+        record(self.ordinal, released);
     }
 }
 
-/// Records a failed release of device `ordinal` in its drop-error record.
-pub(crate) fn record(ordinal: usize, code: sys::CUresult, call: &'static str) {
-    if let Err(e) = check(code, call) {
+/// Records a failed release of device `ordinal` (a [`driver!`] call's error) in its drop-error
+/// record.
+pub(crate) fn record(ordinal: usize, released: Result<()>) {
+    if let Err(e) = released {
         deferred::record_drop_error(ordinal, e);
     }
 }
@@ -137,17 +132,11 @@ impl Device {
             ));
         }
         let mut device = 0;
-        check(
-            // SAFETY: `device` is a valid out-pointer; the ordinal was checked above.
-            unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) },
-            "cuDeviceGet",
-        )?;
+        // SAFETY: `device` is a valid out-pointer; the ordinal was checked above.
+        driver!(unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) })?;
         let mut context = std::ptr::null_mut();
-        check(
-            // SAFETY: `context` is a valid out-pointer; `device` came from cuDeviceGet.
-            unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) },
-            "cuDevicePrimaryCtxRetain",
-        )?;
+        // SAFETY: `context` is a valid out-pointer; `device` came from cuDeviceGet.
+        driver!(unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) })?;
         Ok(Device {
             inner: Arc::new(PrimaryContext {
                 ordinal,
@@ -187,17 +176,11 @@ impl Device {
             ));
         }
         let mut current = std::ptr::null_mut();
-        check(
-            // SAFETY: `current` is a valid out-pointer.
-            unsafe { sys::cuCtxGetCurrent(&mut current) },
-            "cuCtxGetCurrent",
-        )?;
+        // SAFETY: `current` is a valid out-pointer.
+        driver!(unsafe { sys::cuCtxGetCurrent(&mut current) })?;
         if current != self.inner.context {
-            check(
-                // SAFETY: the context is retained for as long as `self` lives.
-                unsafe { sys::cuCtxSetCurrent(self.inner.context) },
-                "cuCtxSetCurrent",
-            )?;
+            // SAFETY: the context is retained for as long as `self` lives.
+            driver!(unsafe { sys::cuCtxSetCurrent(self.inner.context) })?;
         }
         Ok(())
     }
@@ -205,13 +188,10 @@ impl Device {
     /// The device's name (`cuDeviceGetName`).
     pub fn name(&self) -> Result<String> {
         let mut buffer = [0 as std::ffi::c_char; 256];
-        check(
-            // SAFETY: the buffer holds `len` bytes.
-            unsafe {
-                sys::cuDeviceGetName(buffer.as_mut_ptr(), buffer.len() as i32, self.as_raw())
-            },
-            "cuDeviceGetName",
-        )?;
+        // SAFETY: the buffer holds `len` bytes.
+        driver!(unsafe {
+            sys::cuDeviceGetName(buffer.as_mut_ptr(), buffer.len() as i32, self.as_raw())
+        })?;
         // SAFETY: the driver wrote a NUL-terminated string into the buffer.
         Ok(unsafe { CStr::from_ptr(buffer.as_ptr()) }
             .to_string_lossy()
@@ -221,22 +201,16 @@ impl Device {
     /// Total memory of the device in bytes (`cuDeviceTotalMem`).
     pub fn total_memory(&self) -> Result<usize> {
         let mut bytes = 0;
-        check(
-            // SAFETY: `bytes` is a valid out-pointer.
-            unsafe { sys::cuDeviceTotalMem(&mut bytes, self.as_raw()) },
-            "cuDeviceTotalMem",
-        )?;
+        // SAFETY: `bytes` is a valid out-pointer.
+        driver!(unsafe { sys::cuDeviceTotalMem(&mut bytes, self.as_raw()) })?;
         Ok(bytes)
     }
 
     /// A device attribute (`cuDeviceGetAttribute`).
     pub fn attribute(&self, attribute: sys::CUdevice_attribute) -> Result<i32> {
         let mut value = 0;
-        check(
-            // SAFETY: `value` is a valid out-pointer; an unknown attribute is an error code.
-            unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, self.as_raw()) },
-            "cuDeviceGetAttribute",
-        )?;
+        // SAFETY: `value` is a valid out-pointer; an unknown attribute is an error code.
+        driver!(unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, self.as_raw()) })?;
         Ok(value)
     }
 
@@ -260,11 +234,8 @@ impl Device {
     /// Whether this device can map memory resident on `peer` (`cuDeviceCanAccessPeer`).
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
         let mut can = 0;
-        check(
-            // SAFETY: `can` is a valid out-pointer; both devices are valid.
-            unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.as_raw(), peer.as_raw()) },
-            "cuDeviceCanAccessPeer",
-        )?;
+        // SAFETY: `can` is a valid out-pointer; both devices are valid.
+        driver!(unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.as_raw(), peer.as_raw()) })?;
         Ok(can != 0)
     }
 
@@ -273,7 +244,7 @@ impl Device {
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the context is current.
-        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+        driver!(unsafe { sys::cuCtxSynchronize() })?;
         deferred::flush_if_queued();
         Ok(())
     }
@@ -295,9 +266,9 @@ impl Device {
         deferred::record_drop_error(self.inner.ordinal, error);
     }
 
-    /// Records a failed release call (`code` not `CUDA_SUCCESS`) met in `Drop`.
-    pub(crate) fn record(&self, code: sys::CUresult, call: &'static str) {
-        record(self.inner.ordinal, code, call);
+    /// Records a failed release call met in `Drop`: `device.record(driver!(unsafe { .. }))`.
+    pub(crate) fn record(&self, released: Result<()>) {
+        record(self.inner.ordinal, released);
     }
 
     /// Whether two handles name the same device.
@@ -309,11 +280,8 @@ impl Device {
     /// (`cuStreamSynchronize`).
     pub(crate) fn synchronize_reaper(&self) -> Result<()> {
         match self.inner.reaper.get() {
-            Some(Ok(stream)) => check(
-                // SAFETY: the reaper stream lives as long as the device.
-                unsafe { sys::cuStreamSynchronize(*stream) },
-                "cuStreamSynchronize",
-            ),
+            // SAFETY: the reaper stream lives as long as the device.
+            Some(Ok(stream)) => driver!(unsafe { sys::cuStreamSynchronize(*stream) }),
             _ => Ok(()),
         }
     }
@@ -325,16 +293,10 @@ impl Device {
             .get_or_init(|| {
                 self.bind()?;
                 let mut stream = std::ptr::null_mut();
-                check(
-                    // SAFETY: `stream` is a valid out-pointer; the context is current.
-                    unsafe {
-                        sys::cuStreamCreate(
-                            &mut stream,
-                            sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0,
-                        )
-                    },
-                    "cuStreamCreate",
-                )?;
+                // SAFETY: `stream` is a valid out-pointer; the context is current.
+                driver!(unsafe {
+                    sys::cuStreamCreate(&mut stream, sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0)
+                })?;
                 Ok(stream)
             })
             .clone()

@@ -153,7 +153,9 @@ impl fmt::Display for DriverError {
 
 impl std::error::Error for DriverError {}
 
-/// Turns a driver status into a `Result`, naming the call.
+/// Turns a driver status into a `Result`, naming the call. Calls written out are checked with
+/// [`driver!`], which names the call from the code; `check` itself remains for a status kept
+/// to be looked at first, and for the calls reported under another name than their function's.
 #[inline]
 pub(crate) fn check(code: sys::CUresult, call: &'static str) -> Result<()> {
     if code == sys::CUresult::CUDA_SUCCESS {
@@ -173,4 +175,59 @@ fn failure(code: sys::CUresult, call: &'static str) -> Error {
     .then(sys::loader::driver_load_error)
     .flatten();
     Error::Driver(DriverError { call, code, load })
+}
+
+/// A driver call checked with [`check`], its name taken from the code:
+/// `driver!(unsafe { sys::cuStreamSynchronize(stream) })` is
+/// `check(unsafe { sys::cuStreamSynchronize(stream) }, "cuStreamSynchronize")`, a `Result<()>`
+/// whose error names `cuStreamSynchronize`.
+///
+/// The argument is the `unsafe` block, written by the caller: one call of a function by its path
+/// (`sys::cuX(..)`), nothing else. Its tokens are passed through unchanged, so the block keeps the
+/// caller's span and the `// SAFETY:` comment on the line above it counts for it (clippy's
+/// `undocumented_unsafe_blocks`), and the macro makes no unsafe block of its own.
+macro_rules! driver {
+    // The name: the last segment of the called path.
+    (@name unsafe { $segment:ident :: $($rest:tt)+ }) => {
+        $crate::error::driver!(@name unsafe { $($rest)+ })
+    };
+    (@name unsafe { $function:ident ( $($args:tt)* ) }) => {
+        stringify!($function)
+    };
+    ($unsafe:tt $block:tt) => {
+        $crate::error::check($unsafe $block, $crate::error::driver!(@name $unsafe $block))
+    };
+}
+pub(crate) use driver;
+
+#[cfg(test)]
+mod tests {
+    use super::{DriverError, Error};
+    use crate::sys;
+
+    /// Stands in for a driver function: returns the code it is given.
+    unsafe fn fake_call(code: sys::CUresult) -> sys::CUresult {
+        code
+    }
+
+    #[test]
+    fn driver_names_the_function_it_calls() {
+        // SAFETY: `fake_call` has no precondition.
+        let succeeded = driver!(unsafe { fake_call(sys::CUresult::CUDA_SUCCESS) });
+        assert_eq!(succeeded, Ok(()));
+        let code = sys::CUresult::CUDA_ERROR_INVALID_VALUE;
+        let expected = Err(Error::Driver(DriverError {
+            call: "fake_call",
+            code,
+            load: None,
+        }));
+        // SAFETY: as above.
+        let failed = driver!(unsafe { fake_call(code) });
+        assert_eq!(failed, expected);
+        // SAFETY: as above; a path of several segments is named by its last.
+        let failed = driver!(unsafe { self::fake_call(code) });
+        assert_eq!(failed, expected);
+        let name = driver!(@name unsafe { crate::sys::cuStreamSynchronize(std::ptr::null_mut()) });
+        assert_eq!(name, "cuStreamSynchronize");
+    }
 }

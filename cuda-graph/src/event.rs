@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::{Result, check, driver};
+use crate::handle::{Handle, OwnedHandle};
 use crate::sys;
 
 /// Event creation flags (`CU_EVENT_*`), a bit-set.
@@ -44,6 +45,8 @@ pub struct Event {
 struct EventInner {
     raw: sys::CUevent,
     device: Device,
+    /// Whether dropping this destroys `raw` (false once given up by `Event::into_raw`).
+    owns_raw: bool,
     _tracked: crate::live_objects::Tracked,
 }
 
@@ -62,15 +65,13 @@ impl Event {
     pub fn with_flags(device: &Device, flags: EventFlags) -> Result<Event> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: `raw` is a valid out-pointer; the context is current.
-            unsafe { sys::cuEventCreate(&mut raw, flags.bits()) },
-            "cuEventCreate",
-        )?;
+        // SAFETY: `raw` is a valid out-pointer; the context is current.
+        driver!(unsafe { sys::cuEventCreate(&mut raw, flags.bits()) })?;
         Ok(Event {
             inner: Arc::new(EventInner {
                 raw,
                 device: device.clone(),
+                owns_raw: true,
                 _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Event),
             }),
         })
@@ -78,11 +79,8 @@ impl Event {
 
     /// Waits on the host for the recorded work (`cuEventSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
-        check(
-            // SAFETY: the event is live.
-            unsafe { sys::cuEventSynchronize(self.inner.raw) },
-            "cuEventSynchronize",
-        )
+        // SAFETY: the event is live.
+        driver!(unsafe { sys::cuEventSynchronize(self.inner.raw) })
     }
 
     /// Whether the recorded work is done (`cuEventQuery`).
@@ -99,11 +97,8 @@ impl Event {
     /// timing enabled.
     pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
         let mut ms = 0.0;
-        check(
-            // SAFETY: `ms` is a valid out-pointer; both events are live.
-            unsafe { sys::cuEventElapsedTime(&mut ms, start.inner.raw, self.inner.raw) },
-            "cuEventElapsedTime",
-        )?;
+        // SAFETY: `ms` is a valid out-pointer; both events are live.
+        driver!(unsafe { sys::cuEventElapsedTime(&mut ms, start.inner.raw, self.inner.raw) })?;
         Ok(ms)
     }
 
@@ -127,6 +122,7 @@ impl Event {
             inner: Arc::new(EventInner {
                 raw,
                 device: device.clone(),
+                owns_raw: true,
                 _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Event),
             }),
         }
@@ -134,25 +130,42 @@ impl Event {
 
     /// Gives up ownership, if this is the only clone: the caller destroys the event.
     pub fn into_raw(self) -> Result<sys::CUevent, Event> {
-        let inner = Arc::try_unwrap(self.inner).map_err(|inner| Event { inner })?;
-        let mut inner = std::mem::ManuallyDrop::new(inner);
-        // SAFETY: `inner` is never used again; its other fields are dropped exactly once here and
-        // `Drop for EventInner`, which would destroy the handle, does not run.
-        unsafe {
-            std::ptr::drop_in_place(&mut inner.device);
-            std::ptr::drop_in_place(&mut inner._tracked);
-        }
+        let mut inner = Arc::try_unwrap(self.inner).map_err(|inner| Event { inner })?;
+        inner.owns_raw = false;
         Ok(inner.raw)
+    }
+}
+
+impl Handle for Event {
+    type Raw = sys::CUevent;
+
+    fn as_raw(&self) -> sys::CUevent {
+        Event::as_raw(self)
+    }
+}
+
+impl OwnedHandle for Event {
+    /// [`Event::into_raw`]: refused while other clones share the event.
+    fn into_raw(self) -> Result<sys::CUevent, Event> {
+        Event::into_raw(self)
+    }
+
+    /// [`Event::from_raw`]; never fails.
+    unsafe fn from_raw(raw: sys::CUevent, device: &Device) -> Result<Event> {
+        // SAFETY: the caller upholds `Event::from_raw`'s contract, which this one states.
+        Ok(unsafe { Event::from_raw(raw, device) })
     }
 }
 
 impl Drop for EventInner {
     fn drop(&mut self) {
+        if !self.owns_raw {
+            return;
+        }
         let (raw, device) = (self.raw as usize, self.device.clone());
         crate::deferred::release(device.ordinal(), move || {
             // SAFETY: owned and destroyed once, when the last clone drops.
-            let code = unsafe { sys::cuEventDestroy(raw as sys::CUevent) };
-            device.record(code, "cuEventDestroy");
+            device.record(driver!(unsafe { sys::cuEventDestroy(raw as sys::CUevent) }));
             true
         });
     }

@@ -7,8 +7,9 @@ use crate::alloc::GraphAllocation;
 use crate::check::Roles;
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, driver};
 use crate::graph::{Graph, retain_keep};
+use crate::handle::Handle;
 use crate::stream::AsStream;
 use crate::sys;
 use crate::uses::recorded;
@@ -135,24 +136,18 @@ impl Graph {
         if upload.is_null() && !flags.contains(InstantiateFlags::UPLOAD) {
             // The common path: WithFlags costs less than WithParams (`bench/README.md`,
             // "Measurements behind code choices").
-            check(
-                // SAFETY: out-pointer valid; the graph is live.
-                unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.bits()) },
-                "cuGraphInstantiateWithFlags",
-            )
-            .map_err(release)?;
+            // SAFETY: out-pointer valid; the graph is live.
+            driver!(unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, flags.bits()) })
+                .map_err(release)?;
         } else {
             let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
                 flags: flags.bits(),
                 hUploadStream: upload,
                 ..Default::default()
             };
-            check(
-                // SAFETY: out-pointers valid; the graph and the upload stream are live.
-                unsafe { sys::cuGraphInstantiateWithParams(&mut raw, self.raw, &mut params) },
-                "cuGraphInstantiateWithParams",
-            )
-            .map_err(release)?;
+            // SAFETY: out-pointers valid; the graph and the upload stream are live.
+            driver!(unsafe { sys::cuGraphInstantiateWithParams(&mut raw, self.raw, &mut params) })
+                .map_err(release)?;
         }
         let Roles {
             unfreed,
@@ -250,11 +245,8 @@ impl ExecGraph {
         {
             // Special streams (per-thread, legacy) need the context current.
             self.device.bind()?;
-            return check(
-                // SAFETY: both handles are live.
-                unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) },
-                "cuGraphLaunch",
-            );
+            // SAFETY: both handles are live.
+            return driver!(unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) });
         }
         self.launch_with_allocations(stream)
     }
@@ -317,12 +309,9 @@ impl ExecGraph {
                 states[at].order_realloc(raw, id)?;
             }
         }
-        check(
-            // SAFETY: both handles are live; every allocation the graph uses or frees outside
-            // itself is live and ordered before this point of the stream.
-            unsafe { sys::cuGraphLaunch(self.raw, raw) },
-            "cuGraphLaunch",
-        )?;
+        // SAFETY: both handles are live; every allocation the graph uses or frees outside
+        // itself is live and ordered before this point of the stream.
+        driver!(unsafe { sys::cuGraphLaunch(self.raw, raw) })?;
         // One event after the launch, shared by every allocation it made, used or freed; an
         // earlier one that no allocation holds any more is recorded again.
         let mut pool = self.events.borrow_mut();
@@ -371,11 +360,8 @@ impl ExecGraph {
     /// (`cuGraphUpload`, G.5.1).
     pub fn upload(&self, stream: &impl AsStream) -> Result<()> {
         self.device.bind()?;
-        check(
-            // SAFETY: both handles are live.
-            unsafe { sys::cuGraphUpload(self.raw, stream.as_raw_stream()) },
-            "cuGraphUpload",
-        )
+        // SAFETY: both handles are live.
+        driver!(unsafe { sys::cuGraphUpload(self.raw, stream.as_raw_stream()) })
     }
 
     /// The flags it was instantiated with.
@@ -394,6 +380,14 @@ impl ExecGraph {
     }
 }
 
+impl Handle for ExecGraph {
+    type Raw = sys::CUgraphExec;
+
+    fn as_raw(&self) -> sys::CUgraphExec {
+        ExecGraph::as_raw(self)
+    }
+}
+
 impl Drop for ExecGraph {
     /// Destroys the executable graph (the driver defers it while launches run, and keeps what
     /// the nodes refer to until then); put off while a capture forbids it.
@@ -403,8 +397,8 @@ impl Drop for ExecGraph {
         deferred::release(device.ordinal(), move || {
             // SAFETY: owned and destroyed once; live allocations stay live (their handles free
             // them).
-            let code = unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) };
-            device.record(code, "cuGraphExecDestroy");
+            let destroyed = driver!(unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) });
+            device.record(destroyed);
             if let Some(flag) = &instantiated {
                 flag.store(false, Ordering::Release);
             }

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::{Result, driver};
 use crate::sys;
 
 /// A byte count that prints for people: `64.0 MiB`, `1.50 GiB`, `512 B`.
@@ -51,17 +51,10 @@ impl fmt::Display for GraphMemInfo {
 
 fn attribute(device: &Device, attr: sys::CUgraphMem_attribute) -> Result<Bytes> {
     let mut value: u64 = 0;
-    check(
-        // SAFETY: the four graph-memory attributes are 64-bit values; `value` is a valid out-pointer.
-        unsafe {
-            sys::cuDeviceGetGraphMemAttribute(
-                device.as_raw(),
-                attr,
-                (&mut value as *mut u64).cast(),
-            )
-        },
-        "cuDeviceGetGraphMemAttribute",
-    )?;
+    // SAFETY: the four graph-memory attributes are 64-bit values; `value` is a valid out-pointer.
+    driver!(unsafe {
+        sys::cuDeviceGetGraphMemAttribute(device.as_raw(), attr, (&mut value as *mut u64).cast())
+    })?;
     Ok(Bytes(value))
 }
 
@@ -87,17 +80,14 @@ impl Device {
             A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH,
         ] {
             let mut zero: u64 = 0;
-            check(
-                // SAFETY: setting a high-water attribute takes a pointer to a 64-bit zero.
-                unsafe {
-                    sys::cuDeviceSetGraphMemAttribute(
-                        self.as_raw(),
-                        attr,
-                        (&mut zero as *mut u64).cast(),
-                    )
-                },
-                "cuDeviceSetGraphMemAttribute",
-            )?;
+            // SAFETY: setting a high-water attribute takes a pointer to a 64-bit zero.
+            driver!(unsafe {
+                sys::cuDeviceSetGraphMemAttribute(
+                    self.as_raw(),
+                    attr,
+                    (&mut zero as *mut u64).cast(),
+                )
+            })?;
         }
         Ok(())
     }
@@ -115,10 +105,7 @@ impl Device {
             crate::deferred::flush_if_queued();
             self.synchronize_reaper()?;
         }
-        check(
-            // SAFETY: the device is valid.
-            unsafe { sys::cuDeviceGraphMemTrim(self.as_raw()) },
-            "cuDeviceGraphMemTrim",
-        )
+        // SAFETY: the device is valid.
+        driver!(unsafe { sys::cuDeviceGraphMemTrim(self.as_raw()) })
     }
 }

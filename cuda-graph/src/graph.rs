@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::alloc::{AllocParams, GraphAllocation};
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, driver};
 use crate::event::Event;
+use crate::handle::{Handle, OwnedHandle};
 use crate::inline_list::Few;
 use crate::int_hash::IdMap;
 use crate::keep::KeepList;
@@ -104,6 +105,27 @@ impl fmt::Debug for Graph {
     }
 }
 
+impl Handle for Graph {
+    type Raw = sys::CUgraph;
+
+    fn as_raw(&self) -> sys::CUgraph {
+        Graph::as_raw(self)
+    }
+}
+
+impl OwnedHandle for Graph {
+    /// [`Graph::into_raw`]; never refused.
+    fn into_raw(self) -> Result<sys::CUgraph, Graph> {
+        Ok(Graph::into_raw(self))
+    }
+
+    /// [`Graph::from_raw`]: fails when the graph's nodes cannot be read.
+    unsafe fn from_raw(raw: sys::CUgraph, device: &Device) -> Result<Graph> {
+        // SAFETY: the caller upholds `Graph::from_raw`'s contract, which this one states.
+        unsafe { Graph::from_raw(raw, device) }
+    }
+}
+
 impl Drop for Graph {
     fn drop(&mut self) {
         for op in self.nodes.iter().flat_map(|n| &n.mem) {
@@ -115,8 +137,7 @@ impl Drop for Graph {
             let (raw, device) = (self.raw as usize, self.device.clone());
             crate::deferred::release(device.ordinal(), move || {
                 // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
-                let code = unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) };
-                device.record(code, "cuGraphDestroy");
+                device.record(driver!(unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) }));
                 true
             });
         }
@@ -129,7 +150,7 @@ impl Graph {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; flags must be 0.
-        check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "cuGraphCreate")?;
+        driver!(unsafe { sys::cuGraphCreate(&mut raw, 0) })?;
         Ok(Graph::wrap(raw, device, next_graph_id()))
     }
 
@@ -790,11 +811,8 @@ impl Graph {
         let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;
         let verbose = sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0;
-        check(
-            // SAFETY: the path is NUL-terminated; the graph is live.
-            unsafe { sys::cuGraphDebugDotPrint(self.raw, c_path.as_ptr(), verbose) },
-            "cuGraphDebugDotPrint",
-        )
+        // SAFETY: the path is NUL-terminated; the graph is live.
+        driver!(unsafe { sys::cuGraphDebugDotPrint(self.raw, c_path.as_ptr(), verbose) })
     }
 }
 
@@ -825,7 +843,7 @@ pub(crate) fn retain_keep(graph: &Graph) -> Result<()> {
     let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
     let mut object = std::ptr::null_mut();
     // SAFETY: `data` is a leaked box that `destroy` frees; the flag is the one CUDA requires.
-    let code = unsafe {
+    let created = driver!(unsafe {
         sys::cuUserObjectCreate(
             &mut object,
             data,
@@ -833,26 +851,23 @@ pub(crate) fn retain_keep(graph: &Graph) -> Result<()> {
             1,
             sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0,
         )
-    };
-    if let Err(e) = check(code, "cuUserObjectCreate") {
+    });
+    if let Err(e) = created {
         // SAFETY: the driver did not take the box.
         drop(unsafe { Box::from_raw(data.cast::<Payload>()) });
         return Err(e);
     }
-    check(
-        // SAFETY: both handles are live; MOVE hands our one reference to the graph, which
-        // releases it when destroyed (the destructor then runs once no executable graph holds
-        // the object either).
-        unsafe {
-            sys::cuGraphRetainUserObject(
-                graph.raw,
-                object,
-                1,
-                sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
-            )
-        },
-        "cuGraphRetainUserObject",
-    )
+    // SAFETY: both handles are live; MOVE hands our one reference to the graph, which
+    // releases it when destroyed (the destructor then runs once no executable graph holds
+    // the object either).
+    driver!(unsafe {
+        sys::cuGraphRetainUserObject(
+            graph.raw,
+            object,
+            1,
+            sys::CUuserObjectRetain_flags::CU_GRAPH_USER_OBJECT_MOVE.0,
+        )
+    })
     .inspect_err(|_| {
         // SAFETY: our reference was not moved; releasing it runs the destructor.
         let _ = unsafe { sys::cuUserObjectRelease(object, 1) };
@@ -985,11 +1000,8 @@ unsafe fn unknown_node(
     by_address: &mut IdMap<sys::CUdeviceptr, GraphAllocation>,
 ) -> Result<NodeParts> {
     let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-    check(
-        // SAFETY: the node belongs to the graph.
-        unsafe { sys::cuGraphNodeGetType(node, &mut kind_raw) },
-        "cuGraphNodeGetType",
-    )?;
+    // SAFETY: the node belongs to the graph.
+    driver!(unsafe { sys::cuGraphNodeGetType(node, &mut kind_raw) })?;
     use sys::CUgraphNodeType as T;
     let kind = match kind_raw {
         T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel("captured".into()),
@@ -1008,11 +1020,8 @@ unsafe fn unknown_node(
     match kind {
         NodeKind::MemAlloc => {
             let mut params = sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
-            check(
-                // SAFETY: the node is an alloc node; `params` is a valid out-pointer.
-                unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut params) },
-                "cuGraphMemAllocNodeGetParams",
-            )?;
+            // SAFETY: the node is an alloc node; `params` is a valid out-pointer.
+            driver!(unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut params) })?;
             let allocation = made
                 .get_mut(&params.dptr)
                 .and_then(VecDeque::pop_front)
@@ -1024,11 +1033,8 @@ unsafe fn unknown_node(
         }
         NodeKind::MemFree => {
             let mut ptr = 0;
-            check(
-                // SAFETY: the node is a free node; `ptr` is a valid out-pointer.
-                unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
-                "cuGraphMemFreeNodeGetParams",
-            )?;
+            // SAFETY: the node is a free node; `ptr` is a valid out-pointer.
+            driver!(unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) })?;
             if let Some(allocation) = by_address.get(&ptr).cloned() {
                 allocation.register_free(id, true);
                 mem.push(MemOp::Free(allocation));
@@ -1046,20 +1052,14 @@ unsafe fn unknown_node(
 /// `raw` is a live graph.
 unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<NodeLists> {
     let mut count = 0;
-    check(
-        // SAFETY: a null array asks for the count.
-        unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) },
-        "cuGraphGetNodes",
-    )?;
+    // SAFETY: a null array asks for the count.
+    driver!(unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) })?;
     let mut nodes = vec![std::ptr::null_mut(); count];
     // An empty graph: ask no further (cuGraphGetEdges refuses non-null arrays with a count of 0,
     // CUDA_ERROR_INVALID_VALUE on the H200's 580 driver; the same guard here is a precaution).
     if count > 0 {
-        check(
-            // SAFETY: the array holds `count` entries.
-            unsafe { sys::cuGraphGetNodes(raw, nodes.as_mut_ptr(), &mut count) },
-            "cuGraphGetNodes",
-        )?;
+        // SAFETY: the array holds `count` entries.
+        driver!(unsafe { sys::cuGraphGetNodes(raw, nodes.as_mut_ptr(), &mut count) })?;
     }
     nodes.truncate(count);
     let mut edges = 0;

@@ -10,7 +10,8 @@ use bytemuck::Pod;
 use crate::alloc::GraphAllocation;
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, driver};
+use crate::handle::Handle;
 use crate::keep::Keep;
 use crate::stream::{AsStream, BorrowedStream};
 use crate::stream_alloc::{StreamAllocation, StreamMemory};
@@ -87,7 +88,7 @@ impl Drop for BufferMemory {
             }
             // SAFETY: allocated by cuMemAlloc and freed once, when no node, launch or handle
             // refers to it; cuMemFree waits for work using it.
-            device.record(unsafe { sys::cuMemFree(ptr) }, "cuMemFree");
+            device.record(driver!(unsafe { sys::cuMemFree(ptr) }));
             true
         });
     }
@@ -116,7 +117,7 @@ impl<T: Pod> DeviceBuffer<T> {
         device.bind()?;
         let mut ptr = 0;
         // SAFETY: `ptr` is a valid out-pointer; the context is current.
-        check(unsafe { sys::cuMemAlloc(&mut ptr, bytes) }, "cuMemAlloc")?;
+        driver!(unsafe { sys::cuMemAlloc(&mut ptr, bytes) })?;
         let buffer = DeviceBuffer {
             memory: Arc::new(BufferMemory {
                 ptr,
@@ -130,7 +131,7 @@ impl<T: Pod> DeviceBuffer<T> {
             _type: PhantomData,
         };
         // SAFETY: the range is the allocation just made.
-        check(unsafe { sys::cuMemsetD8(ptr, 0, bytes) }, "cuMemsetD8")?;
+        driver!(unsafe { sys::cuMemsetD8(ptr, 0, bytes) })?;
         // cuMemsetD8 on device memory returns before it runs, queued on the legacy stream,
         // which non-blocking streams do not wait for: a kernel on one could write the buffer
         // and the memset clear it afterwards. Zeroed means zeroed when this returns.
@@ -155,12 +156,11 @@ impl<T: Pod> DeviceBuffer<T> {
             ));
         }
         self.memory.device.bind()?;
-        check(
-            // SAFETY: source and destination both hold `len * size_of::<T>()` bytes; `T: Pod`
-            // has no padding, so every source byte is initialized.
-            unsafe { sys::cuMemcpyHtoD(self.memory.ptr, data.as_ptr().cast(), self.byte_len()) },
-            "cuMemcpyHtoD",
-        )?;
+        // SAFETY: source and destination both hold `len * size_of::<T>()` bytes; `T: Pod`
+        // has no padding, so every source byte is initialized.
+        driver!(unsafe {
+            sys::cuMemcpyHtoD(self.memory.ptr, data.as_ptr().cast(), self.byte_len())
+        })?;
         // From pageable memory cuMemcpyHtoD may return before the data reaches the device.
         BorrowedStream::legacy(&self.memory.device).synchronize()
     }
@@ -169,11 +169,10 @@ impl<T: Pod> DeviceBuffer<T> {
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.memory.device.bind()?;
         let mut out = Vec::<T>::with_capacity(self.len);
-        check(
-            // SAFETY: the destination has capacity for `len` values of `T`.
-            unsafe { sys::cuMemcpyDtoH(out.as_mut_ptr().cast(), self.memory.ptr, self.byte_len()) },
-            "cuMemcpyDtoH",
-        )?;
+        // SAFETY: the destination has capacity for `len` values of `T`.
+        driver!(unsafe {
+            sys::cuMemcpyDtoH(out.as_mut_ptr().cast(), self.memory.ptr, self.byte_len())
+        })?;
         // SAFETY: all `len` values were written by the copy, and any bytes are a valid `T`
         // (`T: Pod`).
         unsafe { out.set_len(self.len) };
@@ -199,6 +198,15 @@ impl<T: Pod> DeviceBuffer<T> {
     /// The device.
     pub fn device(&self) -> &Device {
         &self.memory.device
+    }
+}
+
+/// The buffer's device address, as [`DeviceAddress::device_ptr`].
+impl<T: Pod> Handle for DeviceBuffer<T> {
+    type Raw = sys::CUdeviceptr;
+
+    fn as_raw(&self) -> sys::CUdeviceptr {
+        self.memory.ptr
     }
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use crate::alloc::GraphAllocation;
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, driver};
+use crate::handle::Handle;
 use crate::inline_list::Few;
 use crate::keep::Keep;
 use crate::memory::{BufferMemory, DeviceAddress, Owner};
@@ -43,8 +44,8 @@ impl Drop for ModuleInner {
             }
             // SAFETY: loaded in `Module::load`, unloaded once, when no Function, graph or
             // executable graph refers to it.
-            let code = unsafe { sys::cuModuleUnload(raw as sys::CUmodule) };
-            device.record(code, "cuModuleUnload");
+            let unloaded = driver!(unsafe { sys::cuModuleUnload(raw as sys::CUmodule) });
+            device.record(unloaded);
             true
         });
     }
@@ -72,12 +73,9 @@ impl Module {
     fn load(device: &Device, image: *const c_void) -> Result<Module> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: `image` points to a NUL-terminated PTX string or a complete cubin image that
-            // outlives the call; the context is current.
-            unsafe { sys::cuModuleLoadData(&mut raw, image) },
-            "cuModuleLoadData",
-        )?;
+        // SAFETY: `image` points to a NUL-terminated PTX string or a complete cubin image that
+        // outlives the call; the context is current.
+        driver!(unsafe { sys::cuModuleLoadData(&mut raw, image) })?;
         Ok(Module {
             inner: Arc::new(ModuleInner {
                 raw,
@@ -92,11 +90,8 @@ impl Module {
         let c_name = CString::new(name)
             .map_err(|_| Error::invalid("Module::function", "the name contains a NUL byte"))?;
         let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: `raw` is a valid out-pointer; the name is NUL-terminated; the module is loaded.
-            unsafe { sys::cuModuleGetFunction(&mut raw, self.inner.raw, c_name.as_ptr()) },
-            "cuModuleGetFunction",
-        )?;
+        // SAFETY: `raw` is a valid out-pointer; the name is NUL-terminated; the module is loaded.
+        driver!(unsafe { sys::cuModuleGetFunction(&mut raw, self.inner.raw, c_name.as_ptr()) })?;
         Ok(Function {
             raw,
             name: name.into(),
@@ -112,6 +107,14 @@ impl Module {
     /// The device the module is loaded on.
     pub fn device(&self) -> &Device {
         &self.inner.device
+    }
+}
+
+impl Handle for Module {
+    type Raw = sys::CUmodule;
+
+    fn as_raw(&self) -> sys::CUmodule {
+        Module::as_raw(self)
     }
 }
 
@@ -244,27 +247,32 @@ impl Function {
         args: &KernelArgs,
     ) -> Result<()> {
         args.with_pointers(|params| {
-            check(
-                // SAFETY: `params` holds one pointer per argument into `args`' storage, alive for
-                // the call; the caller vouches that they match the kernel's signature.
-                unsafe {
-                    sys::cuLaunchKernel(
-                        self.raw,
-                        config.grid.0,
-                        config.grid.1,
-                        config.grid.2,
-                        config.block.0,
-                        config.block.1,
-                        config.block.2,
-                        config.shared_mem_bytes,
-                        stream.as_raw_stream(),
-                        params,
-                        std::ptr::null_mut(),
-                    )
-                },
-                "cuLaunchKernel",
-            )
+            // SAFETY: `params` holds one pointer per argument into `args`' storage, alive for
+            // the call; the caller vouches that they match the kernel's signature.
+            driver!(unsafe {
+                sys::cuLaunchKernel(
+                    self.raw,
+                    config.grid.0,
+                    config.grid.1,
+                    config.grid.2,
+                    config.block.0,
+                    config.block.1,
+                    config.block.2,
+                    config.shared_mem_bytes,
+                    stream.as_raw_stream(),
+                    params,
+                    std::ptr::null_mut(),
+                )
+            })
         })
+    }
+}
+
+impl Handle for Function {
+    type Raw = sys::CUfunction;
+
+    fn as_raw(&self) -> sys::CUfunction {
+        Function::as_raw(self)
     }
 }
 

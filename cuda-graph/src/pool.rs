@@ -2,7 +2,8 @@
 
 use crate::alloc::{Access, device_location};
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::{Result, driver};
+use crate::handle::Handle;
 use crate::sys;
 
 /// An explicit memory pool of pinned device memory (`cuMemPoolCreate`), destroyed on drop.
@@ -29,11 +30,8 @@ impl MemPool {
             ..Default::default()
         };
         let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: out-pointer valid; props describe pinned device memory.
-            unsafe { sys::cuMemPoolCreate(&mut raw, &props) },
-            "cuMemPoolCreate",
-        )?;
+        // SAFETY: out-pointer valid; props describe pinned device memory.
+        driver!(unsafe { sys::cuMemPoolCreate(&mut raw, &props) })?;
         Ok(MemPool {
             raw,
             device: device.clone(),
@@ -47,22 +45,16 @@ impl MemPool {
             location: device_location(peer),
             flags: access.raw(),
         };
-        check(
-            // SAFETY: one valid descriptor.
-            unsafe { sys::cuMemPoolSetAccess(self.raw, &desc, 1) },
-            "cuMemPoolSetAccess",
-        )
+        // SAFETY: one valid descriptor.
+        driver!(unsafe { sys::cuMemPoolSetAccess(self.raw, &desc, 1) })
     }
 
     /// The access `peer` has (`cuMemPoolGetAccess`): `None` when it has none.
     pub fn access(&self, peer: &Device) -> Result<Option<Access>> {
         let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
         let mut location = device_location(peer);
-        check(
-            // SAFETY: out-pointer valid; the location names a device.
-            unsafe { sys::cuMemPoolGetAccess(&mut flags, self.raw, &mut location) },
-            "cuMemPoolGetAccess",
-        )?;
+        // SAFETY: out-pointer valid; the location names a device.
+        driver!(unsafe { sys::cuMemPoolGetAccess(&mut flags, self.raw, &mut location) })?;
         Ok(match flags {
             sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ => Some(Access::Read),
             sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE => Some(Access::ReadWrite),
@@ -81,14 +73,22 @@ impl MemPool {
     }
 }
 
+impl Handle for MemPool {
+    type Raw = sys::CUmemoryPool;
+
+    fn as_raw(&self) -> sys::CUmemoryPool {
+        MemPool::as_raw(self)
+    }
+}
+
 impl Drop for MemPool {
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device.clone());
         crate::deferred::release(device.ordinal(), move || {
             // SAFETY: owned and destroyed once; the driver defers it while allocations are
             // live.
-            let code = unsafe { sys::cuMemPoolDestroy(raw as sys::CUmemoryPool) };
-            device.record(code, "cuMemPoolDestroy");
+            let destroyed = driver!(unsafe { sys::cuMemPoolDestroy(raw as sys::CUmemoryPool) });
+            device.record(destroyed);
             true
         });
     }

@@ -5,8 +5,9 @@ use std::marker::PhantomData;
 
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, driver};
 use crate::event::Event;
+use crate::handle::{Handle, OwnedHandle};
 use crate::sys;
 
 /// Anything work can be queued on: an owned or a borrowed stream.
@@ -20,11 +21,8 @@ pub trait AsStream {
     /// the releases the crate put off ([`flush_deferred`](crate::flush_deferred)).
     fn synchronize(&self) -> Result<()> {
         self.device().bind()?;
-        check(
-            // SAFETY: the stream handle is live for as long as `self` is.
-            unsafe { sys::cuStreamSynchronize(self.as_raw_stream()) },
-            "cuStreamSynchronize",
-        )?;
+        // SAFETY: the stream handle is live for as long as `self` is.
+        driver!(unsafe { sys::cuStreamSynchronize(self.as_raw_stream()) })?;
         deferred::flush_if_queued();
         Ok(())
     }
@@ -35,33 +33,24 @@ pub trait AsStream {
     fn stream_id(&self) -> Result<u64> {
         self.device().bind()?;
         let mut id = 0;
-        check(
-            // SAFETY: `id` is a valid out-pointer; the stream is live.
-            unsafe { sys::cuStreamGetId(self.as_raw_stream(), &mut id) },
-            "cuStreamGetId",
-        )?;
+        // SAFETY: `id` is a valid out-pointer; the stream is live.
+        driver!(unsafe { sys::cuStreamGetId(self.as_raw_stream(), &mut id) })?;
         Ok(id)
     }
 
     /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`).
     fn wait_event(&self, event: &Event) -> Result<()> {
         self.device().bind()?;
-        check(
-            // SAFETY: both handles are live.
-            unsafe { sys::cuStreamWaitEvent(self.as_raw_stream(), event.as_raw(), 0) },
-            "cuStreamWaitEvent",
-        )
+        // SAFETY: both handles are live.
+        driver!(unsafe { sys::cuStreamWaitEvent(self.as_raw_stream(), event.as_raw(), 0) })
     }
 
     /// Whether the stream is capturing into a graph (`cuStreamIsCapturing`).
     fn capture_status(&self) -> Result<CaptureStatus> {
         self.device().bind()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        check(
-            // SAFETY: `status` is a valid out-pointer; the stream is live.
-            unsafe { sys::cuStreamIsCapturing(self.as_raw_stream(), &mut status) },
-            "cuStreamIsCapturing",
-        )?;
+        // SAFETY: `status` is a valid out-pointer; the stream is live.
+        driver!(unsafe { sys::cuStreamIsCapturing(self.as_raw_stream(), &mut status) })?;
         Ok(CaptureStatus::from_raw(status))
     }
 }
@@ -72,11 +61,8 @@ impl Event {
     /// Records the event on `stream` (`cuEventRecord`).
     pub fn record(&self, stream: &impl AsStream) -> Result<()> {
         stream.device().bind()?;
-        check(
-            // SAFETY: both handles are live.
-            unsafe { sys::cuEventRecord(self.as_raw(), stream.as_raw_stream()) },
-            "cuEventRecord",
-        )
+        // SAFETY: both handles are live.
+        driver!(unsafe { sys::cuEventRecord(self.as_raw(), stream.as_raw_stream()) })
     }
 }
 
@@ -135,6 +121,8 @@ impl std::ops::BitOr for StreamFlags {
 pub struct Stream {
     raw: sys::CUstream,
     device: Device,
+    /// Whether this value destroys `raw` on drop (false once given up by `into_raw`).
+    owns_raw: bool,
     _tracked: crate::live_objects::Tracked,
 }
 
@@ -155,14 +143,12 @@ impl Stream {
     pub fn with_flags(device: &Device, flags: StreamFlags, priority: i32) -> Result<Stream> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
-        check(
-            // SAFETY: `raw` is a valid out-pointer; the device's context is current.
-            unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags.bits(), priority) },
-            "cuStreamCreateWithPriority",
-        )?;
+        // SAFETY: `raw` is a valid out-pointer; the device's context is current.
+        driver!(unsafe { sys::cuStreamCreateWithPriority(&mut raw, flags.bits(), priority) })?;
         Ok(Stream {
             raw,
             device: device.clone(),
+            owns_raw: true,
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Stream),
         })
     }
@@ -182,6 +168,7 @@ impl Stream {
         Stream {
             raw,
             device: device.clone(),
+            owns_raw: true,
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Stream),
         }
     }
@@ -197,31 +184,25 @@ impl Stream {
         self.device.record_drop_error(Error::CaptureLeftOpen);
         let mut graph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (a registered capture began on it).
-        let code = unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) };
+        let ended = driver!(unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) });
         if !graph.is_null() {
             // SAFETY: the discarded graph is ours to destroy.
-            let destroyed = unsafe { sys::cuGraphDestroy(graph) };
-            self.device.record(destroyed, "cuGraphDestroy");
+            let destroyed = driver!(unsafe { sys::cuGraphDestroy(graph) });
+            self.device.record(destroyed);
         }
-        if code == sys::CUresult::CUDA_SUCCESS {
+        if ended.is_ok() {
             deferred::capture_ended(id);
         } else {
-            self.device.record(code, "cuStreamEndCapture");
+            self.device.record(ended);
         }
     }
 
     /// Gives up ownership: the caller destroys the stream. A capture a forgotten guard left
     /// open on it is ended first, as on drop.
-    pub fn into_raw(self) -> sys::CUstream {
+    pub fn into_raw(mut self) -> sys::CUstream {
         self.end_forgotten_capture();
-        let mut this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never used again; its other fields are dropped exactly once here and
-        // `Drop for Stream`, which would destroy the handle, does not run.
-        unsafe {
-            std::ptr::drop_in_place(&mut this.device);
-            std::ptr::drop_in_place(&mut this._tracked);
-        }
-        this.raw
+        self.owns_raw = false;
+        self.raw
     }
 
     /// A borrowed view of this stream.
@@ -231,6 +212,27 @@ impl Stream {
             device: self.device.clone(),
             _lifetime: PhantomData,
         }
+    }
+}
+
+impl Handle for Stream {
+    type Raw = sys::CUstream;
+
+    fn as_raw(&self) -> sys::CUstream {
+        Stream::as_raw(self)
+    }
+}
+
+impl OwnedHandle for Stream {
+    /// [`Stream::into_raw`]; never refused.
+    fn into_raw(self) -> Result<sys::CUstream, Stream> {
+        Ok(Stream::into_raw(self))
+    }
+
+    /// [`Stream::from_raw`]; never fails.
+    unsafe fn from_raw(raw: sys::CUstream, device: &Device) -> Result<Stream> {
+        // SAFETY: the caller upholds `Stream::from_raw`'s contract, which this one states.
+        Ok(unsafe { Stream::from_raw(raw, device) })
     }
 }
 
@@ -249,6 +251,9 @@ impl Drop for Stream {
     /// destroys the stream: now, or, while stream-ordered frees on it are still queued or it
     /// still takes part in another stream's capture, once those have run.
     fn drop(&mut self) {
+        if !self.owns_raw {
+            return;
+        }
         self.end_forgotten_capture();
         deferred::flush_if_queued();
         let (raw, device) = (self.raw as usize, self.device.clone());
@@ -259,7 +264,7 @@ impl Drop for Stream {
                 return false;
             }
             // SAFETY: owned and destroyed once; the driver finishes queued work first.
-            device.record(unsafe { sys::cuStreamDestroy(raw) }, "cuStreamDestroy");
+            device.record(driver!(unsafe { sys::cuStreamDestroy(raw) }));
             true
         };
         if deferred::queued() == 0 {
@@ -274,11 +279,8 @@ impl Drop for Stream {
 /// `cuStreamIsCapturing` on a raw handle.
 pub(crate) fn raw_capture_status(raw: sys::CUstream) -> Result<CaptureStatus> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    check(
-        // SAFETY: `status` is a valid out-pointer; the caller's stream is live.
-        unsafe { sys::cuStreamIsCapturing(raw, &mut status) },
-        "cuStreamIsCapturing",
-    )?;
+    // SAFETY: `status` is a valid out-pointer; the caller's stream is live.
+    driver!(unsafe { sys::cuStreamIsCapturing(raw, &mut status) })?;
     Ok(CaptureStatus::from_raw(status))
 }
 

@@ -8,7 +8,7 @@ use std::thread::ThreadId;
 
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{Error, Result, check};
+use crate::error::{Error, Result, check, driver};
 use crate::pool::MemPool;
 use crate::stream::{AsStream, CaptureStatus, raw_capture_status};
 use crate::sys;
@@ -54,10 +54,7 @@ impl Drop for StreamMemory {
                 uses.wait_on(reaper, None)?;
                 // SAFETY: from cuMemAllocAsync, freed once, after every known use; the reaper
                 // stream never captures.
-                check(
-                    unsafe { sys::cuMemFreeAsync(ptr, reaper) },
-                    "cuMemFreeAsync",
-                )
+                driver!(unsafe { sys::cuMemFreeAsync(ptr, reaper) })
             });
             if let Err(e) = result {
                 device.record_drop_error(e);
@@ -224,7 +221,7 @@ fn let_go_on(
         }
         memory.device.bind()?;
         // SAFETY: the context is current; no capture of this crate is active.
-        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+        driver!(unsafe { sys::cuCtxSynchronize() })?;
         return Ok(true);
     }
     if raw_capture_status(raw)? != CaptureStatus::None {
@@ -233,7 +230,7 @@ fn let_go_on(
     memory.device.bind()?;
     let mut id = 0;
     // SAFETY: `id` is a valid out-pointer; the stream is live and not capturing.
-    check(unsafe { sys::cuStreamGetId(raw, &mut id) }, "cuStreamGetId")?;
+    driver!(unsafe { sys::cuStreamGetId(raw, &mut id) })?;
     let device = memory.device.clone();
     match Arc::get_mut(memory) {
         Some(m) => {
@@ -241,7 +238,7 @@ fn let_go_on(
             uses.wait_on(raw, Some(id))?;
             // SAFETY: from cuMemAllocAsync, freed once (marked below), in order on its stream
             // after every other known use.
-            check(unsafe { sys::cuMemFreeAsync(m.ptr, raw) }, "cuMemFreeAsync")?;
+            driver!(unsafe { sys::cuMemFreeAsync(m.ptr, raw) })?;
             m.freed.store(true, Ordering::Release);
         }
         None => {

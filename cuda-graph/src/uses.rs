@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::{Result, driver};
 use crate::event::{Event, EventFlags};
 use crate::stream::AsStream;
 use crate::sys;
@@ -83,9 +83,6 @@ impl StreamUses {
 
 /// `cuStreamWaitEvent(stream, event)`.
 pub(crate) fn wait(stream: sys::CUstream, event: &Event) -> Result<()> {
-    check(
-        // SAFETY: both handles are live; the event was recorded outside any capture.
-        unsafe { sys::cuStreamWaitEvent(stream, event.as_raw(), 0) },
-        "cuStreamWaitEvent",
-    )
+    // SAFETY: both handles are live; the event was recorded outside any capture.
+    driver!(unsafe { sys::cuStreamWaitEvent(stream, event.as_raw(), 0) })
 }
