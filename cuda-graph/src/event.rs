@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::device::Device;
 use crate::error::{Result, check};
+use crate::flags::flag_set;
 use crate::sys;
 
 /// Event creation flags (`CU_EVENT_*`), a bit-set.
@@ -20,19 +21,12 @@ impl EventFlags {
     /// `CU_EVENT_DISABLE_TIMING`: no timestamps; cheapest for ordering.
     pub const DISABLE_TIMING: EventFlags =
         EventFlags(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0);
-
-    /// The raw bits.
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
 }
 
-impl std::ops::BitOr for EventFlags {
-    type Output = EventFlags;
-    fn bitor(self, rhs: EventFlags) -> EventFlags {
-        EventFlags(self.0 | rhs.0)
-    }
-}
+flag_set!(EventFlags(u32) {
+    BLOCKING_SYNC,
+    DISABLE_TIMING,
+});
 
 /// An owned event, destroyed when the last clone drops (graphs with event nodes keep a clone).
 #[derive(Debug, Clone)]

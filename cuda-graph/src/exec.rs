@@ -8,13 +8,15 @@ use crate::check::Roles;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
+use crate::flags::flag_set;
 use crate::graph::{Graph, retain_keep};
 use crate::stream::AsStream;
 use crate::sys;
 use crate::uses::recorded;
 
 /// Instantiation flags (`CUgraphInstantiate_flags`), a bit-set:
-/// `InstantiateFlags::AUTO_FREE_ON_LAUNCH | InstantiateFlags::UPLOAD`.
+/// `InstantiateFlags::AUTO_FREE_ON_LAUNCH | InstantiateFlags::UPLOAD`. The raw bits are a `u64`,
+/// as `cuGraphInstantiateWithFlags` takes them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct InstantiateFlags(u64);
 
@@ -39,30 +41,14 @@ impl InstantiateFlags {
     pub const USE_NODE_PRIORITY: InstantiateFlags = InstantiateFlags(
         sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0 as u64,
     );
-
-    /// The raw bits.
-    pub const fn bits(self) -> u64 {
-        self.0
-    }
-
-    /// Whether every flag of `other` is set.
-    pub const fn contains(self, other: InstantiateFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
 }
 
-impl std::ops::BitOr for InstantiateFlags {
-    type Output = InstantiateFlags;
-    fn bitor(self, rhs: InstantiateFlags) -> InstantiateFlags {
-        InstantiateFlags(self.0 | rhs.0)
-    }
-}
-
-impl std::ops::BitOrAssign for InstantiateFlags {
-    fn bitor_assign(&mut self, rhs: InstantiateFlags) {
-        self.0 |= rhs.0;
-    }
-}
+flag_set!(InstantiateFlags(u64) {
+    AUTO_FREE_ON_LAUNCH,
+    UPLOAD,
+    DEVICE_LAUNCH,
+    USE_NODE_PRIORITY,
+});
 
 impl Graph {
     /// Checks the lifetime rules ([`crate::check`]) and instantiates (`cuGraphInstantiateWithFlags`).

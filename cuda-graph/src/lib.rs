@@ -211,6 +211,7 @@ mod dot;
 mod error;
 mod event;
 mod exec;
+mod flags;
 mod footprint;
 mod graph;
 mod inline_list;

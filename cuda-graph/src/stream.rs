@@ -7,6 +7,7 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check};
 use crate::event::Event;
+use crate::flags::flag_set;
 use crate::sys;
 
 /// Anything work can be queued on: an owned or a borrowed stream.
@@ -116,19 +117,9 @@ impl StreamFlags {
     /// `CU_STREAM_NON_BLOCKING`: does not synchronize with the legacy default stream.
     pub const NON_BLOCKING: StreamFlags =
         StreamFlags(sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0);
-
-    /// The raw bits.
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
 }
 
-impl std::ops::BitOr for StreamFlags {
-    type Output = StreamFlags;
-    fn bitor(self, rhs: StreamFlags) -> StreamFlags {
-        StreamFlags(self.0 | rhs.0)
-    }
-}
+flag_set!(StreamFlags(u32) { NON_BLOCKING });
 
 /// An owned stream, destroyed on drop (`cuStreamDestroy`; queued work still completes).
 #[derive(Debug)]
