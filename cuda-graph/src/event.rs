@@ -3,9 +3,10 @@
 //! `stream.rs`, above this module.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::device::Device;
-use crate::error::{Result, check};
+use crate::error::{Error, Result, check};
 use crate::flags::flag_set;
 use crate::sys;
 
@@ -89,8 +90,30 @@ impl Event {
         }
     }
 
-    /// Milliseconds between `start` and this event (`cuEventElapsedTime`); both recorded, with
-    /// timing enabled.
+    /// The time from `earlier` to this event: [`elapsed_ms_since`](Event::elapsed_ms_since) as a
+    /// [`Duration`], rounded to the nanosecond (the driver's resolution is about half a
+    /// microsecond). Both events recorded and complete, with timing enabled.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuEventElapsedTime` when the driver refuses: an event not
+    /// recorded or made with [`EventFlags::DISABLE_TIMING`], or one not yet complete
+    /// (`CUDA_ERROR_NOT_READY`). [`Error::InvalidArgument`] naming `Event::elapsed_since` when
+    /// the driver's figure is negative (`earlier` completed after this event) or not finite.
+    pub fn elapsed_since(&self, earlier: &Event) -> Result<Duration> {
+        duration_from_ms(self.elapsed_ms_since(earlier)?)
+    }
+
+    /// Milliseconds between `start` and this event, the driver's figure as it reports it
+    /// (`cuEventElapsedTime`): resolution about half a microsecond, negative when `start`
+    /// completed after this event. Both recorded and complete, with timing enabled.
+    /// [`elapsed_since`](Event::elapsed_since) gives a [`Duration`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuEventElapsedTime` when the driver refuses: an event not
+    /// recorded or made with [`EventFlags::DISABLE_TIMING`], or one not yet complete
+    /// (`CUDA_ERROR_NOT_READY`).
     pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
         let mut ms = 0.0;
         check(
@@ -140,6 +163,23 @@ impl Event {
     }
 }
 
+/// `ms` milliseconds from `cuEventElapsedTime` as a [`Duration`], rounded to the nanosecond;
+/// refused when negative (the earlier event completed after the later one) or not finite.
+fn duration_from_ms(ms: f32) -> Result<Duration> {
+    let nanos = (f64::from(ms) * 1e6).round();
+    if !(0.0..=u64::MAX as f64).contains(&nanos) {
+        return Err(Error::invalid(
+            "Event::elapsed_since",
+            if ms < 0.0 {
+                format!("the driver reports {ms} ms: the earlier event completed after this one")
+            } else {
+                format!("the driver reports {ms} ms, which is no duration")
+            },
+        ));
+    }
+    Ok(Duration::from_nanos(nanos as u64))
+}
+
 impl Drop for EventInner {
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device.clone());
@@ -149,5 +189,24 @@ impl Drop for EventInner {
             device.record(code, "cuEventDestroy");
             true
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_from_ms;
+    use std::time::Duration;
+
+    #[test]
+    fn elapsed_milliseconds_become_a_duration() {
+        assert_eq!(duration_from_ms(0.0).unwrap(), Duration::ZERO);
+        assert_eq!(duration_from_ms(1.5).unwrap(), Duration::from_micros(1500));
+        // The driver's half-microsecond steps survive; f32 noise below a nanosecond does not.
+        assert_eq!(duration_from_ms(0.0005).unwrap(), Duration::from_nanos(500));
+        assert_eq!(duration_from_ms(2_000.0).unwrap(), Duration::from_secs(2));
+        for bad in [-0.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = duration_from_ms(bad).unwrap_err();
+            assert!(e.to_string().starts_with("Event::elapsed_since: "), "{e}");
+        }
     }
 }
