@@ -309,6 +309,17 @@ impl GraphAllocation {
     /// queued there and after every other use the crate knows of: the launch that allocated
     /// it and later uses on other streams (the stream waits for their events). It must be live
     /// (allocated by a launch, not yet freed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `GraphAllocation::free_async`, with nothing freed, when
+    /// `stream` is capturing (free with [`Capture::free_async`](crate::Capture::free_async)
+    /// instead) or the allocation is not live; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuStreamIsCapturing`, `cuStreamGetId`, `cuStreamWaitEvent` (ordering the free after the
+    /// uses) or `cuMemFreeAsync`. After the free, [`Error::Driver`] naming `cuEventCreate` or
+    /// `cuEventRecord` when the free cannot be marked for the graph's next launch to wait for; the
+    /// stream is then synchronized before the error is returned, and the allocation counts as
+    /// freed.
     pub fn free_async(&self, stream: &impl AsStream) -> Result<()> {
         // No capture of this crate begins between the check below and the free.
         let _gate = deferred::hold_gate();

@@ -8,6 +8,12 @@ use crate::error::{Error, Result, check};
 use crate::sys;
 
 /// Initialises the driver (`cuInit`) once per process; later calls return the first result.
+///
+/// # Errors
+///
+/// [`Error::Driver`] naming `cuInit` when the driver cannot be loaded or initialised; when
+/// `libcuda.so.1` or one of its symbols is missing, the error carries the loader's explanation
+/// ([`DriverError::load`](crate::DriverError::load)). Every later call returns the same error.
 pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
     INIT.get_or_init(|| {
@@ -22,6 +28,10 @@ pub fn init() -> Result<()> {
 }
 
 /// The number of CUDA devices (`cuDeviceGetCount`), after [`init`].
+///
+/// # Errors
+///
+/// [`init`]'s errors; [`Error::Driver`] naming `cuDeviceGetCount`.
 pub fn device_count() -> Result<usize> {
     init()?;
     let mut count = 0;
@@ -36,6 +46,11 @@ pub fn device_count() -> Result<usize> {
 /// The newest CUDA version the installed driver supports (`cuDriverGetVersion`), written as
 /// CUDA writes versions: 1000 × major + 10 × minor (13000 is 13.0, 12090 is 12.9). Needs no
 /// [`init`]; fails with the loader's error when there is no driver.
+///
+/// # Errors
+///
+/// [`Error::Driver`] naming `cuDriverGetVersion`, with the loader's explanation when the driver
+/// cannot be loaded.
 ///
 /// ```no_run
 /// let v = cuda_graph::driver_version()?;
@@ -114,6 +129,12 @@ static DEVICES: Mutex<Vec<Weak<PrimaryContext>>> = Mutex::new(Vec::new());
 
 impl Device {
     /// The device with this ordinal, its primary context retained.
+    ///
+    /// # Errors
+    ///
+    /// While the device is not open yet: [`init`]'s and [`device_count`]'s errors;
+    /// [`Error::InvalidArgument`] naming `Device::get` when `ordinal` is not below the device
+    /// count; [`Error::Driver`] naming `cuDeviceGet` or `cuDevicePrimaryCtxRetain`.
     pub fn get(ordinal: usize) -> Result<Device> {
         let mut devices = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(inner) = devices.get(ordinal).and_then(Weak::upgrade) {
@@ -178,6 +199,11 @@ impl Device {
     /// Makes the primary context current on the calling thread, unless it already is. Refused
     /// inside a host node's function, which runs on a driver thread where CUDA must not be
     /// called.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Device::bind` when called from a host node's function;
+    /// [`Error::Driver`] naming `cuCtxGetCurrent` or `cuCtxSetCurrent`.
     #[inline]
     pub fn bind(&self) -> Result<()> {
         if deferred::in_host_function() {
@@ -203,6 +229,10 @@ impl Device {
     }
 
     /// The device's name (`cuDeviceGetName`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceGetName`.
     pub fn name(&self) -> Result<String> {
         let mut buffer = [0 as std::ffi::c_char; 256];
         check(
@@ -219,6 +249,10 @@ impl Device {
     }
 
     /// Total memory of the device in bytes (`cuDeviceTotalMem`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceTotalMem`.
     pub fn total_memory(&self) -> Result<usize> {
         let mut bytes = 0;
         check(
@@ -230,6 +264,11 @@ impl Device {
     }
 
     /// A device attribute (`cuDeviceGetAttribute`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceGetAttribute` (an attribute the driver does not know,
+    /// for one).
     pub fn attribute(&self, attribute: sys::CUdevice_attribute) -> Result<i32> {
         let mut value = 0;
         check(
@@ -242,6 +281,10 @@ impl Device {
 
     /// Whether the device supports stream-ordered allocation and memory pools, which graph
     /// memory nodes need.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceGetAttribute`.
     pub fn supports_memory_pools(&self) -> Result<bool> {
         Ok(
             self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?
@@ -250,6 +293,10 @@ impl Device {
     }
 
     /// The compute capability, as (major, minor).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceGetAttribute`.
     pub fn compute_capability(&self) -> Result<(i32, i32)> {
         Ok((
             self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
@@ -258,6 +305,10 @@ impl Device {
     }
 
     /// Whether this device can map memory resident on `peer` (`cuDeviceCanAccessPeer`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceCanAccessPeer`.
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
         let mut can = 0;
         check(
@@ -270,6 +321,11 @@ impl Device {
 
     /// Waits for all work in the primary context (`cuCtxSynchronize`), then runs the releases
     /// the crate put off ([`flush_deferred`](crate::flush_deferred)).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuCtxSynchronize`, which also reports
+    /// an earlier asynchronous failure of work in the context (a kernel's fault, for one).
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the context is current.

@@ -49,11 +49,19 @@ unsafe impl Sync for EventInner {}
 
 impl Event {
     /// A new event with default flags (timing enabled).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventCreate`.
     pub fn new(device: &Device) -> Result<Event> {
         Event::with_flags(device, EventFlags::DEFAULT)
     }
 
     /// A new event with flags.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventCreate`.
     pub fn with_flags(device: &Device, flags: EventFlags) -> Result<Event> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
@@ -72,6 +80,11 @@ impl Event {
     }
 
     /// Waits on the host for the recorded work (`cuEventSynchronize`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuEventSynchronize`, which also reports an earlier asynchronous
+    /// failure of the recorded work.
     pub fn synchronize(&self) -> Result<()> {
         check(
             // SAFETY: the event is live.
@@ -81,6 +94,11 @@ impl Event {
     }
 
     /// Whether the recorded work is done (`cuEventQuery`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuEventQuery` for any code but `CUDA_SUCCESS` and
+    /// `CUDA_ERROR_NOT_READY` (which is `Ok(false)`).
     pub fn is_complete(&self) -> Result<bool> {
         // SAFETY: the event is live.
         match unsafe { sys::cuEventQuery(self.inner.raw) } {
@@ -150,6 +168,10 @@ impl Event {
     }
 
     /// Gives up ownership, if this is the only clone: the caller destroys the event.
+    ///
+    /// # Errors
+    ///
+    /// The event itself, unchanged, when another clone of it exists.
     pub fn into_raw(self) -> Result<sys::CUevent, Event> {
         let inner = Arc::try_unwrap(self.inner).map_err(|inner| Event { inner })?;
         let mut inner = std::mem::ManuallyDrop::new(inner);

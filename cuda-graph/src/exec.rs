@@ -52,6 +52,17 @@ flag_set!(InstantiateFlags(u64) {
 
 impl Graph {
     /// Checks the lifetime rules ([`crate::check`]) and instantiates (`cuGraphInstantiateWithFlags`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lifetime`] when the graph breaks a rule of [`crate::check`], as [`Graph::check`]
+    /// reports it; [`Error::InvalidArgument`] naming `Graph::instantiate`, before the driver is
+    /// called, when an allocation of this graph is still live from an earlier launch, or when the
+    /// graph has memory nodes and an [`ExecGraph`] of it still exists (CUDA allows one);
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuUserObjectCreate` or
+    /// `cuGraphRetainUserObject` (at the first instantiation, which hands the graph what its nodes
+    /// refer to) or `cuGraphInstantiateWithFlags` (`cuGraphInstantiateWithParams` with
+    /// [`InstantiateFlags::UPLOAD`]) when the driver refuses the graph.
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
         let roles = self.checked_roles()?;
         self.instantiate_raw(flags, std::ptr::null_mut(), roles)
@@ -59,6 +70,11 @@ impl Graph {
 
     /// As [`instantiate`](Graph::instantiate), and uploads into `stream` as part of it
     /// (adds [`InstantiateFlags::UPLOAD`]).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`instantiate`](Graph::instantiate), the driver's call being
+    /// `cuGraphInstantiateWithParams`.
     pub fn instantiate_and_upload(
         &self,
         flags: InstantiateFlags,
@@ -73,6 +89,11 @@ impl Graph {
     }
 
     /// Instantiates without the lifetime checks: for those who measured that they need it.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`instantiate`](Graph::instantiate) but [`Error::Lifetime`]: the rules are not
+    /// checked.
     ///
     /// # Safety
     ///
@@ -230,6 +251,16 @@ impl ExecGraph {
     /// Refused before the driver is called when a previous launch left allocations live and the
     /// graph was instantiated without AutoFreeOnLaunch ([`Error::UnfreedOnRelaunch`]), or when a
     /// free node of this graph names an allocation that is not live.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnfreedOnRelaunch`] as above; [`Error::InvalidArgument`] naming `ExecGraph::launch`
+    /// when the graph frees or uses an allocation of another graph that is not live;
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamGetId`, `cuStreamWaitEvent`
+    /// (ordering the launch after other streams' uses and frees) or `cuGraphLaunch`. After the
+    /// launch, [`Error::Driver`] naming `cuEventCreate` or `cuEventRecord` when the launch cannot
+    /// be marked for later uses and frees to wait for; the stream is then synchronized before the
+    /// error is returned.
     #[inline]
     pub fn launch(&self, stream: &impl AsStream) -> Result<()> {
         if self.unfreed.is_empty() && self.foreign_frees.is_empty() && self.foreign_uses.is_empty()
@@ -355,6 +386,10 @@ impl ExecGraph {
 
     /// Maps the graph's memory and uploads it into `stream` ahead of the launch
     /// (`cuGraphUpload`, G.5.1).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuGraphUpload`.
     pub fn upload(&self, stream: &impl AsStream) -> Result<()> {
         self.device.bind()?;
         check(

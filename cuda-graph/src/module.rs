@@ -52,6 +52,13 @@ impl Drop for ModuleInner {
 
 impl Module {
     /// Loads PTX text; the driver JIT-compiles it for the device.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Module::from_ptx` when `ptx` contains a NUL byte;
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuModuleLoadData` when the driver
+    /// refuses the PTX (`CUDA_ERROR_INVALID_PTX`, or `CUDA_ERROR_UNSUPPORTED_PTX_VERSION` for PTX
+    /// newer than the driver, for two).
     pub fn from_ptx(device: &Device, ptx: &str) -> Result<Module> {
         let text = CString::new(ptx)
             .map_err(|_| Error::invalid("Module::from_ptx", "the PTX contains a NUL byte"))?;
@@ -59,6 +66,13 @@ impl Module {
     }
 
     /// Loads a cubin or fatbin image.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Module::from_cubin` when `image` is shorter than 16
+    /// bytes; [`Device::bind`]'s errors; [`Error::Driver`] naming `cuModuleLoadData` when the
+    /// driver refuses the image (`CUDA_ERROR_INVALID_IMAGE`, or `CUDA_ERROR_NO_BINARY_FOR_GPU` when
+    /// it has no code for this device, for two).
     pub fn from_cubin(device: &Device, image: &[u8]) -> Result<Module> {
         if image.len() < 16 {
             return Err(Error::invalid(
@@ -88,6 +102,12 @@ impl Module {
     }
 
     /// The kernel `name` (an `extern "C"` name, or a mangled one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Module::function` when `name` contains a NUL byte;
+    /// [`Error::Driver`] naming `cuModuleGetFunction`, with `CUDA_ERROR_NOT_FOUND` when the module
+    /// has no kernel of that name.
     pub fn function(&self, name: &str) -> Result<Function> {
         let c_name = CString::new(name)
             .map_err(|_| Error::invalid("Module::function", "the name contains a NUL byte"))?;
@@ -163,6 +183,18 @@ impl Function {
     /// be live (else [`Error::InvalidArgument`], nothing launched) and the stream first waits
     /// for the launch that allocated it when that ran on another stream; frees of graph and
     /// stream allocations wait for this launch.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::InvalidArgument`], with nothing launched, naming
+    /// `Function::launch` when the stream captures and `args` name graph allocations (launch
+    /// through [`Capture::launch`](crate::Capture::launch)), or naming `cuLaunchKernel` when a
+    /// graph allocation among `args` is not live; [`Error::Driver`] naming
+    /// `cuStreamGetCaptureInfo`, `cuStreamIsCapturing`, `cuStreamGetId`, `cuStreamWaitEvent`
+    /// (ordering the launch after the allocating launch) or `cuLaunchKernel`. After the launch,
+    /// [`Error::Driver`] naming `cuStreamIsCapturing`, `cuStreamGetId`, `cuEventCreate` or
+    /// `cuEventRecord` when a use cannot be recorded for later frees to wait for (when it is a
+    /// graph allocation's, the stream is synchronized before the error is returned).
     ///
     /// # Safety
     ///

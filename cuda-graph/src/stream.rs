@@ -19,6 +19,11 @@ pub trait AsStream {
 
     /// Waits on the host until the stream's work is done (`cuStreamSynchronize`), then runs
     /// the releases the crate put off ([`flush_deferred`](crate::flush_deferred)).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamSynchronize`, which also
+    /// reports an earlier asynchronous failure of work on the stream (a kernel's fault, for one).
     fn synchronize(&self) -> Result<()> {
         self.device().bind()?;
         check(
@@ -33,6 +38,10 @@ pub trait AsStream {
     /// The driver's id of the stream (`cuStreamGetId`), unique for the life of the process.
     /// For the per-thread default stream it is the calling thread's own stream: two threads get
     /// two ids for one handle. Not available while the stream captures.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamGetId`.
     fn stream_id(&self) -> Result<u64> {
         self.device().bind()?;
         let mut id = 0;
@@ -45,6 +54,10 @@ pub trait AsStream {
     }
 
     /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamWaitEvent`.
     fn wait_event(&self, event: &Event) -> Result<()> {
         self.device().bind()?;
         check(
@@ -55,6 +68,10 @@ pub trait AsStream {
     }
 
     /// Whether the stream is capturing into a graph (`cuStreamIsCapturing`).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamIsCapturing`.
     fn capture_status(&self) -> Result<CaptureStatus> {
         self.device().bind()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -71,6 +88,11 @@ pub trait AsStream {
 // here, above event.rs, which names no stream.
 impl Event {
     /// Records the event on `stream` (`cuEventRecord`).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors (for the stream's device); [`Error::Driver`] naming
+    /// `cuEventRecord`.
     pub fn record(&self, stream: &impl AsStream) -> Result<()> {
         stream.device().bind()?;
         check(
@@ -137,12 +159,20 @@ unsafe impl Sync for Stream {}
 
 impl Stream {
     /// A new stream on `device` with default flags and priority.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamCreateWithPriority`.
     pub fn new(device: &Device) -> Result<Stream> {
         Stream::with_flags(device, StreamFlags::DEFAULT, 0)
     }
 
     /// A new stream with flags and a priority (lower numbers are higher priorities; see
     /// `cuCtxGetStreamPriorityRange`).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamCreateWithPriority`.
     pub fn with_flags(device: &Device, flags: StreamFlags, priority: i32) -> Result<Stream> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();

@@ -80,6 +80,11 @@ impl Graph {
     /// Checks the lifetime rules on the record (no GPU needed); [`Graph::instantiate`] does it
     /// too. A graph that uses and frees no graph allocation passes at once. Cost: see
     /// [the module](crate::check#cost).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lifetime`] with every violation found, when the record breaks a rule of
+    /// [`crate::check`]. Nothing else: the check calls no driver.
     pub fn check(&self) -> Result<()> {
         self.checked_roles().map(drop)
     }
