@@ -159,6 +159,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     }
 
     /// The stream being captured.
+    #[must_use]
     pub fn stream(&self) -> &'s S {
         self.stream
     }

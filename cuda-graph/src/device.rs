@@ -182,16 +182,19 @@ impl Device {
     }
 
     /// The device's ordinal.
+    #[must_use]
     pub fn ordinal(&self) -> usize {
         self.inner.ordinal
     }
 
     /// The driver's device handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUdevice {
         self.inner.device
     }
 
     /// The primary context's handle.
+    #[must_use]
     pub fn context_raw(&self) -> sys::CUcontext {
         self.inner.context
     }
@@ -337,11 +340,16 @@ impl Device {
     /// The driver errors met in `Drop` of this device's objects (frees, destroys, unloads that
     /// failed), and the error of a capture ended because its stream was dropped. `Drop` cannot
     /// return errors; they are counted here instead of being discarded.
+    #[must_use]
     pub fn drop_errors(&self) -> DropErrors {
         deferred::drop_errors(self.inner.ordinal, false)
     }
 
     /// As [`drop_errors`](Device::drop_errors), and clears the record.
+    #[allow(
+        clippy::must_use_candidate,
+        reason = "clearing the record without reading it is a use"
+    )]
     pub fn take_drop_errors(&self) -> DropErrors {
         deferred::drop_errors(self.inner.ordinal, true)
     }
@@ -357,6 +365,7 @@ impl Device {
     }
 
     /// Whether two handles name the same device.
+    #[must_use]
     pub fn same(&self, other: &Device) -> bool {
         self.inner.device == other.inner.device
     }

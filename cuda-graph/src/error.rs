@@ -42,6 +42,7 @@ pub enum Error {
 
 impl Error {
     /// The CUDA code when this is a driver error.
+    #[must_use]
     pub fn code(&self) -> Option<sys::CUresult> {
         match self {
             Error::Driver(e) => Some(e.code),
@@ -111,6 +112,7 @@ pub struct DriverError {
 impl DriverError {
     /// The code's C name (`"CUDA_ERROR_INVALID_VALUE"`), or `"CUDA_ERROR_<n>"` for one the
     /// headers do not know.
+    #[must_use]
     pub fn name(&self) -> String {
         self.code
             .name()
@@ -119,6 +121,7 @@ impl DriverError {
     }
 
     /// The driver's description of the code (`"invalid argument"`), when the driver can say.
+    #[must_use]
     pub fn text(&self) -> Option<String> {
         let mut text = std::ptr::null();
         // SAFETY: `text` is a valid out-pointer; the driver stores a static string or nothing.

@@ -143,11 +143,13 @@ impl Event {
     }
 
     /// The device.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.inner.device
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUevent {
         self.inner.raw
     }
@@ -157,6 +159,7 @@ impl Event {
     /// # Safety
     ///
     /// `raw` is a live event of `device`'s primary context that nothing else destroys.
+    #[must_use]
     pub unsafe fn from_raw(raw: sys::CUevent, device: &Device) -> Event {
         Event {
             inner: Arc::new(EventInner {

@@ -400,16 +400,19 @@ impl ExecGraph {
     }
 
     /// The flags it was instantiated with.
+    #[must_use]
     pub fn flags(&self) -> InstantiateFlags {
         self.flags
     }
 
     /// The allocations this graph leaves live after a launch (not freed in the graph).
+    #[must_use]
     pub fn unfreed_allocations(&self) -> &[GraphAllocation] {
         &self.unfreed
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUgraphExec {
         self.raw
     }

@@ -37,6 +37,7 @@ pub struct Node {
 
 impl Node {
     /// The node's position in its graph (0 for the first node added).
+    #[must_use]
     pub fn index(self) -> usize {
         self.index as usize
     }
@@ -152,6 +153,7 @@ impl Graph {
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUgraph {
         self.raw
     }
@@ -191,6 +193,7 @@ impl Graph {
     /// released when the graph and every executable graph made from it are done; if the driver
     /// refuses that, it is kept for the rest of the process instead (leaked, never freed early)
     /// and the error is recorded in [`Device::drop_errors`].
+    #[must_use = "the handle is no longer destroyed on drop: destroy it, or it leaks"]
     pub fn into_raw(mut self) -> sys::CUgraph {
         if let Err(e) = retain_keep(&self) {
             self.device.record_drop_error(e);
@@ -201,16 +204,19 @@ impl Graph {
     }
 
     /// The device.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.device
     }
 
     /// A process-unique number naming this graph ([`GraphAllocation::owner_graph`] refers to it).
+    #[must_use]
     pub fn id(&self) -> u64 {
         self.id
     }
 
     /// The builder's record, one entry per node, in the order added.
+    #[must_use]
     pub fn nodes(&self) -> &[NodeRecord] {
         &self.nodes
     }
@@ -248,6 +254,7 @@ impl Graph {
 
     /// Whether the graph has alloc or free nodes (which forbid cloning, a second instantiation,
     /// and deleting nodes or edges).
+    #[must_use]
     pub fn has_memory_nodes(&self) -> bool {
         self.nodes.iter().any(|n| !n.mem.is_empty())
     }

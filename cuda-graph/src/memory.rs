@@ -25,10 +25,13 @@ use crate::sys;
 /// ([`KernelArgs::value`](crate::KernelArgs::value)), under the launch's `unsafe` contract.
 pub trait DeviceAddress: sealed::Sealed {
     /// The address.
+    #[must_use]
     fn device_ptr(&self) -> sys::CUdeviceptr;
     /// The size in bytes.
+    #[must_use]
     fn byte_len(&self) -> usize;
     /// The graph allocation behind the address, if it is one (its uses are recorded).
+    #[must_use]
     fn graph_allocation(&self) -> Option<&GraphAllocation> {
         match self.owner() {
             Owner::Graph(a) => Some(a),
@@ -214,16 +217,19 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// The number of values.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether it holds no values (never: zero-sized buffers are refused).
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The device.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.memory.device
     }

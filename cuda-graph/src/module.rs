@@ -125,11 +125,13 @@ impl Module {
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUmodule {
         self.inner.raw
     }
 
     /// The device the module is loaded on.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.inner.device
     }
@@ -151,11 +153,13 @@ unsafe impl Sync for Function {}
 
 impl Function {
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUfunction {
         self.raw
     }
 
     /// The kernel's name.
+    #[must_use]
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -171,6 +175,7 @@ impl Function {
     }
 
     /// The device it runs on.
+    #[must_use]
     pub fn device(&self) -> &Device {
         self.module.device()
     }
@@ -323,6 +328,7 @@ pub struct LaunchConfig {
 impl LaunchConfig {
     /// One-dimensional: enough blocks of `block` threads to cover `elements`, at most 65,535
     /// blocks (the kernels of this project use grid-stride loops).
+    #[must_use]
     pub fn for_elements(elements: u64, block: u32) -> LaunchConfig {
         let blocks = elements.div_ceil(block.max(1) as u64).clamp(1, 65_535) as u32;
         LaunchConfig {
@@ -441,6 +447,7 @@ impl ArgWords {
 impl KernelArgs {
     /// An empty list.
     #[inline]
+    #[must_use]
     pub fn new() -> KernelArgs {
         KernelArgs::default()
     }
@@ -448,6 +455,7 @@ impl KernelArgs {
     /// Appends a value passed by copy (an integer, a float, a `#[repr(C)]` struct); its
     /// alignment is at most 8.
     #[inline]
+    #[must_use = "returns the list with the argument appended"]
     pub fn value<T: Copy + 'static>(mut self, value: T) -> KernelArgs {
         const { assert!(align_of::<T>() <= 8, "kernel argument alignment above 8") };
         self.words.push(value);
@@ -457,6 +465,7 @@ impl KernelArgs {
     /// Appends a device address; its memory is recorded (a graph allocation as used by this
     /// kernel).
     #[inline]
+    #[must_use = "returns the list with the argument appended"]
     pub fn ptr(mut self, target: &impl DeviceAddress) -> KernelArgs {
         self.owners.push(match target.owner() {
             Owner::Graph(a) => ArgOwner::Graph(a.clone()),
@@ -467,11 +476,13 @@ impl KernelArgs {
     }
 
     /// The number of arguments.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.words.count
     }
 
     /// Whether there are none.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.words.count == 0
     }

@@ -84,11 +84,13 @@ impl MemPool {
     }
 
     /// The resident device.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.device
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUmemoryPool {
         self.raw
     }

@@ -13,8 +13,10 @@ use crate::sys;
 /// Anything work can be queued on: an owned or a borrowed stream.
 pub trait AsStream {
     /// The raw stream handle.
+    #[must_use]
     fn as_raw_stream(&self) -> sys::CUstream;
     /// The device the stream belongs to.
+    #[must_use]
     fn device(&self) -> &Device;
 
     /// Waits on the host until the stream's work is done (`cuStreamSynchronize`), then runs
@@ -189,6 +191,7 @@ impl Stream {
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUstream {
         self.raw
     }
@@ -199,6 +202,7 @@ impl Stream {
     ///
     /// `raw` is a live stream of `device`'s primary context that nothing else destroys; this
     /// value destroys it when dropped.
+    #[must_use]
     pub unsafe fn from_raw(raw: sys::CUstream, device: &Device) -> Stream {
         Stream {
             raw,
@@ -233,6 +237,7 @@ impl Stream {
 
     /// Gives up ownership: the caller destroys the stream. A capture a forgotten guard left
     /// open on it is ended first, as on drop.
+    #[must_use = "the handle is no longer destroyed on drop: destroy it, or it leaks"]
     pub fn into_raw(self) -> sys::CUstream {
         self.end_forgotten_capture();
         let mut this = std::mem::ManuallyDrop::new(self);
@@ -246,6 +251,7 @@ impl Stream {
     }
 
     /// A borrowed view of this stream.
+    #[must_use]
     pub fn borrow(&self) -> BorrowedStream<'_> {
         BorrowedStream {
             raw: self.raw,
@@ -341,6 +347,7 @@ unsafe impl Sync for BorrowedStream<'_> {}
 
 impl BorrowedStream<'static> {
     /// The calling thread's default stream (`CU_STREAM_PER_THREAD`, `cudaStreamPerThread`).
+    #[must_use]
     pub fn per_thread(device: &Device) -> BorrowedStream<'static> {
         BorrowedStream {
             raw: sys::CU_STREAM_PER_THREAD,
@@ -350,6 +357,7 @@ impl BorrowedStream<'static> {
     }
 
     /// The legacy default stream (`CU_STREAM_LEGACY`), which synchronizes with blocking streams.
+    #[must_use]
     pub fn legacy(device: &Device) -> BorrowedStream<'static> {
         BorrowedStream {
             raw: sys::CU_STREAM_LEGACY,
@@ -369,6 +377,7 @@ impl BorrowedStream<'_> {
     /// if a [`StreamAllocation`](crate::StreamAllocation) on it is dropped while it captures,
     /// until the free the crate then queues on it has run (after the capture ends; see
     /// [`flush_deferred`](crate::flush_deferred)).
+    #[must_use]
     pub unsafe fn from_raw<'a>(raw: sys::CUstream, device: &Device) -> BorrowedStream<'a> {
         BorrowedStream {
             raw,
@@ -378,6 +387,7 @@ impl BorrowedStream<'_> {
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUstream {
         self.raw
     }

@@ -170,6 +170,7 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
     }
 
     /// The stream it is ordered on.
+    #[must_use]
     pub fn stream(&self) -> &'s S {
         self.stream
     }

@@ -128,6 +128,7 @@ impl Graph {
 
     /// The record as a [`Model`]: what the checks see. Allocations get keys in the order the
     /// record first mentions them.
+    #[must_use]
     pub fn model(&self) -> Model {
         self.record_model(true).0
     }
@@ -219,6 +220,7 @@ pub struct Model {
 
 impl Model {
     /// An empty model.
+    #[must_use]
     pub fn new() -> Model {
         Model::default()
     }
@@ -363,6 +365,7 @@ impl Rows {
 
 /// Checks a model against the rules; returns every violation, ordered by node, then rule.
 /// Cost: see [the module](crate::check#cost).
+#[must_use]
 pub fn check_model(model: &Model) -> Vec<Violation> {
     if fast::verify(model, true, |_, _| {}) {
         return Vec::new();
