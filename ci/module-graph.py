@@ -6,7 +6,9 @@ is a node; a file under src/<module>/ belongs to <module>. An edge A -> B means 
 B: a `crate::B...` path (in `use` or anywhere in code), an item of `use crate::{B, ...}`, a
 `super::` path that climbs to the crate root, or a name lib.rs re-exports from B
 (`crate::Device` is device's). Comments, doc comments (so intra-doc links) and string literals
-are not code and are skipped. lib.rs itself is the facade over every module, not a node.
+are not code and are skipped, and so are `#[cfg(test)]` modules (unit tests may use any layer:
+they are not part of the crate a user builds). lib.rs itself is the facade over every module,
+not a node.
 Names outside the crate's modules (`crate::sys`, the re-exported cuda-graph-sys, and
 `crate::bytemuck`) are the floor below every module and are left out.
 
@@ -31,6 +33,24 @@ import sys
 from collections import defaultdict
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def strip_test_modules(code):
+    """`code` (already without comments and strings) with every `#[cfg(test)] mod x { .. }`
+    blanked (newlines kept)."""
+    out, i = [], 0
+    for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{", code):
+        if m.start() < i:
+            continue
+        depth, j = 1, m.end()
+        while j < len(code) and depth:
+            depth += {"{": 1, "}": -1}.get(code[j], 0)
+            j += 1
+        out.append(code[i:m.start()])
+        out.append("".join("\n" if c == "\n" else " " for c in code[m.start():j]))
+        i = j
+    out.append(code[i:])
+    return "".join(out)
 
 
 def strip_non_code(text):
@@ -166,7 +186,7 @@ def scan(src):
             if this not in modules:
                 print(f"module-graph: {path} belongs to no module of lib.rs", file=sys.stderr)
                 continue
-            code = strip_non_code(open(path, encoding="utf-8").read())
+            code = strip_test_modules(strip_non_code(open(path, encoding="utf-8").read()))
             spans = inline_mod_depths(code)
             rel = os.path.relpath(path, os.path.dirname(os.path.dirname(src)))
 

@@ -101,6 +101,7 @@ fn error_names(file: &syn::File, ty: &str) -> String {
 impl {ty} {{
     /// The C name of this code (`"CUDA_ERROR_INVALID_VALUE"`, `"cudaErrorInvalidValue"`), or
     /// `None` for a value these headers do not define (a newer driver may return one).
+    #[must_use]
     pub const fn name(self) -> Option<&'static str> {{
         match self.0 {{
 {arms}            _ => None,

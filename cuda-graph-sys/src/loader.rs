@@ -267,6 +267,11 @@ pub(crate) fn runtime_error(missing: Missing) -> crate::cudaError_t {
 }
 
 /// Opens the driver library now, if not yet done, and says whether it is there.
+///
+/// # Errors
+///
+/// [`LoadError::LibraryNotFound`] when the library could not be opened; the first attempt's
+/// error, on every call.
 pub fn load_driver() -> Result<(), LoadError> {
     DRIVER.handle().map(|_| ()).map_err(Clone::clone)
 }

@@ -62,6 +62,7 @@ pub struct AllocParams {
 
 impl AllocParams {
     /// `bytes` of memory resident on `device`.
+    #[must_use]
     pub fn new(device: &Device, bytes: usize) -> AllocParams {
         AllocParams {
             bytes,
@@ -73,12 +74,14 @@ impl AllocParams {
 
     /// Also maps the allocation for `peer` (an entry of `accessDescs`). The resident device needs
     /// no entry.
+    #[must_use = "returns the parameters with the change"]
     pub fn peer_access(mut self, peer: &Device, access: Access) -> AllocParams {
         self.peers.push((peer.clone(), access));
         self
     }
 
     /// A name for the allocation in errors and DOT output.
+    #[must_use = "returns the parameters with the change"]
     pub fn label(mut self, label: impl Into<String>) -> AllocParams {
         self.label = Some(label.into());
         self
@@ -210,41 +213,49 @@ impl GraphAllocation {
     }
 
     /// The address (fixed across instantiations and launches).
+    #[must_use]
     pub fn ptr(&self) -> sys::CUdeviceptr {
         self.inner.ptr
     }
 
     /// The size in bytes.
+    #[must_use]
     pub fn bytes(&self) -> usize {
         self.inner.bytes
     }
 
     /// The resident device.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.inner.device
     }
 
     /// A process-unique number.
+    #[must_use]
     pub fn id(&self) -> u64 {
         self.inner.id
     }
 
     /// The label given in [`AllocParams::label`], if any.
+    #[must_use]
     pub fn label(&self) -> Option<&str> {
         self.inner.label.as_deref()
     }
 
     /// The [`id`](crate::Graph::id) of the graph whose alloc node makes it.
+    #[must_use]
     pub fn owner_graph(&self) -> u64 {
         self.inner.owner
     }
 
     /// Whether a launch left it allocated and nothing has freed it since.
+    #[must_use]
     pub fn is_live(&self) -> bool {
         self.state().live
     }
 
     /// Whether two handles name the same allocation.
+    #[must_use]
     pub fn same(&self, other: &GraphAllocation) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
@@ -309,6 +320,17 @@ impl GraphAllocation {
     /// queued there and after every other use the crate knows of: the launch that allocated
     /// it and later uses on other streams (the stream waits for their events). It must be live
     /// (allocated by a launch, not yet freed).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `GraphAllocation::free_async`, with nothing freed, when
+    /// `stream` is capturing (free with [`Capture::free_async`](crate::Capture::free_async)
+    /// instead) or the allocation is not live; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuStreamIsCapturing`, `cuStreamGetId`, `cuStreamWaitEvent` (ordering the free after the
+    /// uses) or `cuMemFreeAsync`. After the free, [`Error::Driver`] naming `cuEventCreate` or
+    /// `cuEventRecord` when the free cannot be marked for the graph's next launch to wait for; the
+    /// stream is then synchronized before the error is returned, and the allocation counts as
+    /// freed.
     pub fn free_async(&self, stream: &impl AsStream) -> Result<()> {
         // No capture of this crate begins between the check below and the free.
         let _gate = deferred::hold_gate();

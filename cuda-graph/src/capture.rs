@@ -84,6 +84,13 @@ impl<'s> Capture<'s, Stream> {
     /// A guard of its own only for an owned [`Stream`]: if the guard is forgotten, the stream's
     /// drop ends the capture. Other streams capture through [`capture`], whose closure cannot
     /// lose the guard.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::InvalidArgument`] naming `cuStreamBeginCapture` when the
+    /// stream already captures (before the driver is called) or does not report the capture just
+    /// begun (which is then ended); [`Error::Driver`] naming `cuStreamIsCapturing`,
+    /// `cuStreamBeginCapture` or `cuStreamGetCaptureInfo`.
     pub fn begin(stream: &'s Stream, mode: CaptureMode) -> Result<Capture<'s, Stream>> {
         Capture::begin_on(stream, mode)
     }
@@ -149,11 +156,16 @@ impl<'s, S: AsStream> Capture<'s, S> {
     }
 
     /// The stream being captured.
+    #[must_use]
     pub fn stream(&self) -> &'s S {
         self.stream
     }
 
     /// The capture status (`cuStreamIsCapturing`): `Invalidated` after an illegal call.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamIsCapturing`.
     pub fn status(&self) -> Result<CaptureStatus> {
         self.stream.capture_status()
     }
@@ -172,6 +184,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// both, so that every allocation it hands out has an address that is its own. A size the
     /// device cannot hold would be accepted by CUDA and fail only at the launch or upload. Sums
     /// of allocations are not checked: what fits depends on what else is allocated then.
+    ///
+    /// [`Error::Driver`] naming `cuDeviceTotalMem` (read once per device, for the size check),
+    /// `cuMemAllocAsync` or `cuStreamGetCaptureInfo`.
     pub fn malloc_async(&self, bytes: usize) -> Result<GraphAllocation> {
         self.allocate("cuMemAllocAsync", bytes, |ptr| {
             // SAFETY: out-pointer valid; the stream is capturing.
@@ -181,6 +196,10 @@ impl<'s, S: AsStream> Capture<'s, S> {
 
     /// `cuMemAllocFromPoolAsync`: as [`malloc_async`](Capture::malloc_async), from `pool`, whose
     /// peer access at this moment is what the alloc node records (G.7.2).
+    ///
+    /// # Errors
+    ///
+    /// As [`malloc_async`](Capture::malloc_async)'s, naming `cuMemAllocFromPoolAsync`.
     pub fn malloc_from_pool_async(&self, pool: &MemPool, bytes: usize) -> Result<GraphAllocation> {
         self.allocate("cuMemAllocFromPoolAsync", bytes, |ptr| {
             // SAFETY: out-pointer valid; the pool and the stream are live.
@@ -216,6 +235,13 @@ impl<'s, S: AsStream> Capture<'s, S> {
 
     /// `cuMemFreeAsync` on the capturing stream: becomes a free node, ordered after the captured
     /// work before it. `allocation` may come from this capture or from another graph (G.3.3).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuMemFreeAsync` when the driver refuses the free (an address that
+    /// is not a graph allocation, for one) or `cuStreamGetCaptureInfo`. Freeing an allocation twice
+    /// is not refused here: the lifetime checks report it when the graph is checked or
+    /// instantiated.
     pub fn free_async(&self, allocation: &GraphAllocation) -> Result<()> {
         self.free_captured(self.stream, allocation)
     }
@@ -225,6 +251,13 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// before it (the guide's `cudaFreeAsync(d, stream2)` inside a capture). Refused, with
     /// nothing freed, when `stream` is not capturing into this capture: the free would run now,
     /// on an address that exists only in the graph.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Capture::free_async_on`, with nothing freed, when
+    /// `stream` is not capturing into this capture; otherwise those of
+    /// [`free_async`](Capture::free_async), and [`Error::Driver`] naming `cuStreamGetCaptureInfo`
+    /// for the membership check.
     ///
     /// ```no_run
     /// # use cuda_graph::*;
@@ -268,6 +301,12 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// Launches a kernel into the capture (`cuLaunchKernel`), recording which graph allocations
     /// the captured node uses.
     ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuLaunchKernel` when the driver refuses
+    /// the launch (a configuration the kernel cannot run with, for one), or
+    /// `cuStreamGetCaptureInfo`.
+    ///
     /// # Safety
     ///
     /// As [`Function::launch`].
@@ -284,6 +323,11 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// Launches a kernel on `stream`, another stream that joined the capture through
     /// [`fork`](Capture::fork). Refused, with nothing launched, when `stream` is not capturing
     /// into this capture: the kernel would run now, on addresses that exist only in the graph.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Capture::launch_on`, with nothing launched, when `stream`
+    /// is not capturing into this capture; otherwise those of [`launch`](Capture::launch).
     ///
     /// # Safety
     ///
@@ -331,6 +375,11 @@ impl<'s, S: AsStream> Capture<'s, S> {
 
     /// Forks `other` from the capturing stream: records an event here and makes `other` wait on
     /// it, so `other` joins the capture (G.3.2). Join it back with [`join`](Capture::join).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventCreate`, `cuEventRecord` or
+    /// `cuStreamWaitEvent`.
     pub fn fork(&self, other: &impl AsStream) -> Result<()> {
         let event = Event::with_flags(self.device(), EventFlags::DISABLE_TIMING)?;
         event.record(self.stream)?;
@@ -352,6 +401,12 @@ impl<'s, S: AsStream> Capture<'s, S> {
 
     /// Joins `other` back: the capturing stream waits for an event recorded on `other`, which
     /// must capture into this capture.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Capture::join` when `other` is not capturing into this
+    /// capture; otherwise those of [`fork`](Capture::fork), and [`Error::Driver`] naming
+    /// `cuStreamGetCaptureInfo` for the membership check.
     pub fn join(&self, other: &impl AsStream) -> Result<()> {
         self.check_member("Capture::join", other)?;
         let event = Event::with_flags(self.device(), EventFlags::DISABLE_TIMING)?;
@@ -362,6 +417,14 @@ impl<'s, S: AsStream> Capture<'s, S> {
     }
 
     /// Ends the capture (`cuStreamEndCapture`) and returns the graph with its record.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuStreamEndCapture` when the capture failed (an illegal call
+    /// invalidated it: `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`, for one), or naming
+    /// `cuGraphGetNodes`, `cuGraphGetEdges`, `cuGraphNodeGetType`, `cuGraphMemAllocNodeGetParams`
+    /// or `cuGraphMemFreeNodeGetParams` while the graph is read back. The capture is over either
+    /// way, and the graph is destroyed on error.
     pub fn end(mut self) -> Result<Graph> {
         self.ended = true;
         let mut raw = std::ptr::null_mut();
@@ -419,6 +482,11 @@ impl<S: AsStream> Drop for Capture<'_, S> {
 
 /// Captures `f`'s work on `stream` into a graph. The capture ends whatever `f` does: returns an
 /// error, panics (the panic continues after the capture is ended), or succeeds.
+///
+/// # Errors
+///
+/// Those of [`Capture::begin`] (for any stream) and [`Capture::end`], and `f`'s own error, returned
+/// after the capture is ended and its graph discarded.
 pub fn capture<S: AsStream, T>(
     stream: &S,
     mode: CaptureMode,

@@ -8,6 +8,12 @@ use crate::error::{Error, Result, driver};
 use crate::sys;
 
 /// Initialises the driver (`cuInit`) once per process; later calls return the first result.
+///
+/// # Errors
+///
+/// [`Error::Driver`] naming `cuInit` when the driver cannot be loaded or initialised; when
+/// `libcuda.so.1` or one of its symbols is missing, the error carries the loader's explanation
+/// ([`DriverError::load`](crate::DriverError::load)). Every later call returns the same error.
 pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
     INIT.get_or_init(|| {
@@ -22,6 +28,10 @@ pub fn init() -> Result<()> {
 }
 
 /// The number of CUDA devices (`cuDeviceGetCount`), after [`init`].
+///
+/// # Errors
+///
+/// [`init`]'s errors; [`Error::Driver`] naming `cuDeviceGetCount`.
 pub fn device_count() -> Result<usize> {
     init()?;
     let mut count = 0;
@@ -33,6 +43,11 @@ pub fn device_count() -> Result<usize> {
 /// The newest CUDA version the installed driver supports (`cuDriverGetVersion`), written as
 /// CUDA writes versions: 1000 × major + 10 × minor (13000 is 13.0, 12090 is 12.9). Needs no
 /// [`init`]; fails with the loader's error when there is no driver.
+///
+/// # Errors
+///
+/// [`Error::Driver`] naming `cuDriverGetVersion`, with the loader's explanation when the driver
+/// cannot be loaded.
 ///
 /// ```no_run
 /// let v = cuda_graph::driver_version()?;
@@ -109,6 +124,12 @@ static DEVICES: Mutex<Vec<Weak<PrimaryContext>>> = Mutex::new(Vec::new());
 
 impl Device {
     /// The device with this ordinal, its primary context retained.
+    ///
+    /// # Errors
+    ///
+    /// While the device is not open yet: [`init`]'s and [`device_count`]'s errors;
+    /// [`Error::InvalidArgument`] naming `Device::get` when `ordinal` is not below the device
+    /// count; [`Error::Driver`] naming `cuDeviceGet` or `cuDevicePrimaryCtxRetain`.
     pub fn get(ordinal: usize) -> Result<Device> {
         let mut devices = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(inner) = devices.get(ordinal).and_then(Weak::upgrade) {
@@ -150,16 +171,19 @@ impl Device {
     }
 
     /// The device's ordinal.
+    #[must_use]
     pub fn ordinal(&self) -> usize {
         self.inner.ordinal
     }
 
     /// The driver's device handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUdevice {
         self.inner.device
     }
 
     /// The primary context's handle.
+    #[must_use]
     pub fn context_raw(&self) -> sys::CUcontext {
         self.inner.context
     }
@@ -167,6 +191,11 @@ impl Device {
     /// Makes the primary context current on the calling thread, unless it already is. Refused
     /// inside a host node's function, which runs on a driver thread where CUDA must not be
     /// called.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Device::bind` when called from a host node's function;
+    /// [`Error::Driver`] naming `cuCtxGetCurrent` or `cuCtxSetCurrent`.
     #[inline]
     pub fn bind(&self) -> Result<()> {
         if deferred::in_host_function() {
@@ -186,6 +215,10 @@ impl Device {
     }
 
     /// The device's name (`cuDeviceGetName`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceGetName`.
     pub fn name(&self) -> Result<String> {
         let mut buffer = [0 as std::ffi::c_char; 256];
         // SAFETY: the buffer holds `len` bytes.
@@ -199,6 +232,10 @@ impl Device {
     }
 
     /// Total memory of the device in bytes (`cuDeviceTotalMem`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceTotalMem`.
     pub fn total_memory(&self) -> Result<usize> {
         let mut bytes = 0;
         // SAFETY: `bytes` is a valid out-pointer.
@@ -207,6 +244,11 @@ impl Device {
     }
 
     /// A device attribute (`cuDeviceGetAttribute`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceGetAttribute` (an attribute the driver does not know,
+    /// for one).
     pub fn attribute(&self, attribute: sys::CUdevice_attribute) -> Result<i32> {
         let mut value = 0;
         // SAFETY: `value` is a valid out-pointer; an unknown attribute is an error code.
@@ -216,6 +258,10 @@ impl Device {
 
     /// Whether the device supports stream-ordered allocation and memory pools, which graph
     /// memory nodes need.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceGetAttribute`.
     pub fn supports_memory_pools(&self) -> Result<bool> {
         Ok(
             self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?
@@ -224,6 +270,10 @@ impl Device {
     }
 
     /// The compute capability, as (major, minor).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceGetAttribute`.
     pub fn compute_capability(&self) -> Result<(i32, i32)> {
         Ok((
             self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
@@ -232,6 +282,10 @@ impl Device {
     }
 
     /// Whether this device can map memory resident on `peer` (`cuDeviceCanAccessPeer`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuDeviceCanAccessPeer`.
     pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
         let mut can = 0;
         // SAFETY: `can` is a valid out-pointer; both devices are valid.
@@ -241,6 +295,11 @@ impl Device {
 
     /// Waits for all work in the primary context (`cuCtxSynchronize`), then runs the releases
     /// the crate put off ([`flush_deferred`](crate::flush_deferred)).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuCtxSynchronize`, which also reports
+    /// an earlier asynchronous failure of work in the context (a kernel's fault, for one).
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the context is current.
@@ -252,11 +311,16 @@ impl Device {
     /// The driver errors met in `Drop` of this device's objects (frees, destroys, unloads that
     /// failed), and the error of a capture ended because its stream was dropped. `Drop` cannot
     /// return errors; they are counted here instead of being discarded.
+    #[must_use]
     pub fn drop_errors(&self) -> DropErrors {
         deferred::drop_errors(self.inner.ordinal, false)
     }
 
     /// As [`drop_errors`](Device::drop_errors), and clears the record.
+    #[allow(
+        clippy::must_use_candidate,
+        reason = "clearing the record without reading it is a use"
+    )]
     pub fn take_drop_errors(&self) -> DropErrors {
         deferred::drop_errors(self.inner.ordinal, true)
     }
@@ -272,6 +336,7 @@ impl Device {
     }
 
     /// Whether two handles name the same device.
+    #[must_use]
     pub fn same(&self, other: &Device) -> bool {
         self.inner.device == other.inner.device
     }

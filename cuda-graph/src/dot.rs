@@ -14,6 +14,7 @@ const COLOURS: [&str; 8] = [
 impl Graph {
     /// The graph as DOT text, with allocation lifetimes marked. Render with
     /// `dot -Tsvg graph.dot -o graph.svg`.
+    #[must_use]
     pub fn to_dot(&self) -> String {
         let mut allocations: Vec<GraphAllocation> = Vec::new();
         let index_of = |a: &GraphAllocation, list: &mut Vec<GraphAllocation>| {

@@ -42,6 +42,7 @@ pub enum Error {
 
 impl Error {
     /// The CUDA code when this is a driver error.
+    #[must_use]
     pub fn code(&self) -> Option<sys::CUresult> {
         match self {
             Error::Driver(e) => Some(e.code),
@@ -85,14 +86,11 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Driver(e) => e.load.as_ref().map(|l| l as _),
-            _ => None,
-        }
-    }
-}
+/// No variant has a `source()`: each `Display` is complete on its own (a driver error names the
+/// call, the code and, when the driver could not be reached, the loader's explanation, which is
+/// also in [`DriverError::load`]), so `{}` alone is informative and a chain printed with `{:#}`
+/// (anyhow) says nothing twice.
+impl std::error::Error for Error {}
 
 impl From<DriverError> for Error {
     fn from(e: DriverError) -> Self {
@@ -107,13 +105,14 @@ pub struct DriverError {
     pub call: &'static str,
     /// The code it returned.
     pub code: sys::CUresult,
-    /// Why the driver could not be reached, when that is the cause.
+    /// Why the driver could not be reached, when that is the cause (`Display` includes it).
     pub load: Option<sys::loader::LoadError>,
 }
 
 impl DriverError {
     /// The code's C name (`"CUDA_ERROR_INVALID_VALUE"`), or `"CUDA_ERROR_<n>"` for one the
     /// headers do not know.
+    #[must_use]
     pub fn name(&self) -> String {
         self.code
             .name()
@@ -122,6 +121,7 @@ impl DriverError {
     }
 
     /// The driver's description of the code (`"invalid argument"`), when the driver can say.
+    #[must_use]
     pub fn text(&self) -> Option<String> {
         let mut text = std::ptr::null();
         // SAFETY: `text` is a valid out-pointer; the driver stores a static string or nothing.
@@ -151,6 +151,8 @@ impl fmt::Display for DriverError {
     }
 }
 
+/// No `source()`, for the same reason as [`Error`]'s: the loader's explanation is part of the
+/// `Display` text already.
 impl std::error::Error for DriverError {}
 
 /// Turns a driver status into a `Result`, naming the call. Calls written out are checked with
@@ -229,5 +231,86 @@ mod tests {
         assert_eq!(failed, expected);
         let name = driver!(@name unsafe { crate::sys::cuStreamSynchronize(std::ptr::null_mut()) });
         assert_eq!(name, "cuStreamSynchronize");
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::*;
+    use crate::lifetime_error::LifetimeError;
+
+    /// One error of every variant, built without a driver.
+    fn every_variant() -> Vec<Error> {
+        let driver = |call, code, load| Error::Driver(DriverError { call, code, load });
+        vec![
+            driver(
+                "cuInit",
+                sys::CUresult::CUDA_ERROR_NO_DEVICE,
+                Some(sys::loader::LoadError::LibraryNotFound {
+                    library: "libcuda.so.1".into(),
+                    reason: "libcuda.so.1: cannot open shared object file".into(),
+                }),
+            ),
+            driver(
+                "cuGraphLaunch",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                None,
+            ),
+            Error::Lifetime(LifetimeError {
+                violations: Vec::new(),
+            }),
+            Error::UnfreedOnRelaunch {
+                allocations: vec!["allocation 'a'".into()],
+            },
+            Error::CaptureLeftOpen,
+            Error::ReleasePanicked("boom".into()),
+            Error::invalid("Graph::node", "node 3 belongs to another graph"),
+        ]
+    }
+
+    #[test]
+    fn display_names_the_call_and_the_code() {
+        let e = &every_variant()[0];
+        let text = e.to_string();
+        assert!(
+            text.starts_with("cuInit failed: CUDA_ERROR_NO_DEVICE"),
+            "{text}"
+        );
+        assert!(text.contains("libcuda.so.1 could not be loaded"), "{text}");
+        let text = every_variant()[1].to_string();
+        assert!(
+            text.starts_with("cuGraphLaunch failed: CUDA_ERROR_INVALID_VALUE"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_error_chain_says_nothing_twice() {
+        for e in every_variant() {
+            let plain = e.to_string();
+            // Every level of the chain, outermost first.
+            let mut levels = vec![plain.clone()];
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                levels.push(s.to_string());
+                source = s.source();
+            }
+            let alternate = format!("{:#}", anyhow::Error::from(e));
+            for level in &levels {
+                assert_eq!(
+                    alternate.matches(level.as_str()).count(),
+                    1,
+                    "{level:?} is printed more than once in {alternate:?}"
+                );
+            }
+            for (i, outer) in levels.iter().enumerate() {
+                for inner in &levels[i + 1..] {
+                    assert!(
+                        !outer.contains(inner.as_str()),
+                        "{outer:?} repeats {inner:?}"
+                    );
+                }
+            }
+        }
     }
 }

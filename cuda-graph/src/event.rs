@@ -3,9 +3,11 @@
 //! `stream.rs`, above this module.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::device::Device;
-use crate::error::{Result, check, driver};
+use crate::error::{Error, Result, check, driver};
+use crate::flags::flag_set;
 use crate::handle::{Handle, OwnedHandle};
 use crate::sys;
 
@@ -21,19 +23,12 @@ impl EventFlags {
     /// `CU_EVENT_DISABLE_TIMING`: no timestamps; cheapest for ordering.
     pub const DISABLE_TIMING: EventFlags =
         EventFlags(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING.0);
-
-    /// The raw bits.
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
 }
 
-impl std::ops::BitOr for EventFlags {
-    type Output = EventFlags;
-    fn bitor(self, rhs: EventFlags) -> EventFlags {
-        EventFlags(self.0 | rhs.0)
-    }
-}
+flag_set!(EventFlags(u32) {
+    BLOCKING_SYNC,
+    DISABLE_TIMING,
+});
 
 /// An owned event, destroyed when the last clone drops (graphs with event nodes keep a clone).
 #[derive(Debug, Clone)]
@@ -57,11 +52,19 @@ unsafe impl Sync for EventInner {}
 
 impl Event {
     /// A new event with default flags (timing enabled).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventCreate`.
     pub fn new(device: &Device) -> Result<Event> {
         Event::with_flags(device, EventFlags::DEFAULT)
     }
 
     /// A new event with flags.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventCreate`.
     pub fn with_flags(device: &Device, flags: EventFlags) -> Result<Event> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
@@ -78,12 +81,22 @@ impl Event {
     }
 
     /// Waits on the host for the recorded work (`cuEventSynchronize`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuEventSynchronize`, which also reports an earlier asynchronous
+    /// failure of the recorded work.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is live.
         driver!(unsafe { sys::cuEventSynchronize(self.inner.raw) })
     }
 
     /// Whether the recorded work is done (`cuEventQuery`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuEventQuery` for any code but `CUDA_SUCCESS` and
+    /// `CUDA_ERROR_NOT_READY` (which is `Ok(false)`).
     pub fn is_complete(&self) -> Result<bool> {
         // SAFETY: the event is live.
         match unsafe { sys::cuEventQuery(self.inner.raw) } {
@@ -93,8 +106,30 @@ impl Event {
         }
     }
 
-    /// Milliseconds between `start` and this event (`cuEventElapsedTime`); both recorded, with
-    /// timing enabled.
+    /// The time from `earlier` to this event: [`elapsed_ms_since`](Event::elapsed_ms_since) as a
+    /// [`Duration`], rounded to the nanosecond (the driver's resolution is about half a
+    /// microsecond). Both events recorded and complete, with timing enabled.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuEventElapsedTime` when the driver refuses: an event not
+    /// recorded or made with [`EventFlags::DISABLE_TIMING`], or one not yet complete
+    /// (`CUDA_ERROR_NOT_READY`). [`Error::InvalidArgument`] naming `Event::elapsed_since` when
+    /// the driver's figure is negative (`earlier` completed after this event) or not finite.
+    pub fn elapsed_since(&self, earlier: &Event) -> Result<Duration> {
+        duration_from_ms(self.elapsed_ms_since(earlier)?)
+    }
+
+    /// Milliseconds between `start` and this event, the driver's figure as it reports it
+    /// (`cuEventElapsedTime`): resolution about half a microsecond, negative when `start`
+    /// completed after this event. Both recorded and complete, with timing enabled.
+    /// [`elapsed_since`](Event::elapsed_since) gives a [`Duration`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuEventElapsedTime` when the driver refuses: an event not
+    /// recorded or made with [`EventFlags::DISABLE_TIMING`], or one not yet complete
+    /// (`CUDA_ERROR_NOT_READY`).
     pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
         let mut ms = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.
@@ -103,11 +138,13 @@ impl Event {
     }
 
     /// The device.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.inner.device
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUevent {
         self.inner.raw
     }
@@ -117,6 +154,7 @@ impl Event {
     /// # Safety
     ///
     /// `raw` is a live event of `device`'s primary context that nothing else destroys.
+    #[must_use]
     pub unsafe fn from_raw(raw: sys::CUevent, device: &Device) -> Event {
         Event {
             inner: Arc::new(EventInner {
@@ -129,6 +167,10 @@ impl Event {
     }
 
     /// Gives up ownership, if this is the only clone: the caller destroys the event.
+    ///
+    /// # Errors
+    ///
+    /// The event itself, unchanged, when another clone of it exists.
     pub fn into_raw(self) -> Result<sys::CUevent, Event> {
         let mut inner = Arc::try_unwrap(self.inner).map_err(|inner| Event { inner })?;
         inner.owns_raw = false;
@@ -157,6 +199,23 @@ impl OwnedHandle for Event {
     }
 }
 
+/// `ms` milliseconds from `cuEventElapsedTime` as a [`Duration`], rounded to the nanosecond;
+/// refused when negative (the earlier event completed after the later one) or not finite.
+fn duration_from_ms(ms: f32) -> Result<Duration> {
+    let nanos = (f64::from(ms) * 1e6).round();
+    if !(0.0..=u64::MAX as f64).contains(&nanos) {
+        return Err(Error::invalid(
+            "Event::elapsed_since",
+            if ms < 0.0 {
+                format!("the driver reports {ms} ms: the earlier event completed after this one")
+            } else {
+                format!("the driver reports {ms} ms, which is no duration")
+            },
+        ));
+    }
+    Ok(Duration::from_nanos(nanos as u64))
+}
+
 impl Drop for EventInner {
     fn drop(&mut self) {
         if !self.owns_raw {
@@ -168,5 +227,24 @@ impl Drop for EventInner {
             device.record(driver!(unsafe { sys::cuEventDestroy(raw as sys::CUevent) }));
             true
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_from_ms;
+    use std::time::Duration;
+
+    #[test]
+    fn elapsed_milliseconds_become_a_duration() {
+        assert_eq!(duration_from_ms(0.0).unwrap(), Duration::ZERO);
+        assert_eq!(duration_from_ms(1.5).unwrap(), Duration::from_micros(1500));
+        // The driver's half-microsecond steps survive; f32 noise below a nanosecond does not.
+        assert_eq!(duration_from_ms(0.0005).unwrap(), Duration::from_nanos(500));
+        assert_eq!(duration_from_ms(2_000.0).unwrap(), Duration::from_secs(2));
+        for bad in [-0.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = duration_from_ms(bad).unwrap_err();
+            assert!(e.to_string().starts_with("Event::elapsed_since: "), "{e}");
+        }
     }
 }

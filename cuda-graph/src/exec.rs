@@ -8,6 +8,7 @@ use crate::check::Roles;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, driver};
+use crate::flags::flag_set;
 use crate::graph::{Graph, retain_keep};
 use crate::handle::Handle;
 use crate::stream::AsStream;
@@ -15,7 +16,8 @@ use crate::sys;
 use crate::uses::recorded;
 
 /// Instantiation flags (`CUgraphInstantiate_flags`), a bit-set:
-/// `InstantiateFlags::AUTO_FREE_ON_LAUNCH | InstantiateFlags::UPLOAD`.
+/// `InstantiateFlags::AUTO_FREE_ON_LAUNCH | InstantiateFlags::UPLOAD`. The raw bits are a `u64`,
+/// as `cuGraphInstantiateWithFlags` takes them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct InstantiateFlags(u64);
 
@@ -40,33 +42,28 @@ impl InstantiateFlags {
     pub const USE_NODE_PRIORITY: InstantiateFlags = InstantiateFlags(
         sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY.0 as u64,
     );
-
-    /// The raw bits.
-    pub const fn bits(self) -> u64 {
-        self.0
-    }
-
-    /// Whether every flag of `other` is set.
-    pub const fn contains(self, other: InstantiateFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
 }
 
-impl std::ops::BitOr for InstantiateFlags {
-    type Output = InstantiateFlags;
-    fn bitor(self, rhs: InstantiateFlags) -> InstantiateFlags {
-        InstantiateFlags(self.0 | rhs.0)
-    }
-}
-
-impl std::ops::BitOrAssign for InstantiateFlags {
-    fn bitor_assign(&mut self, rhs: InstantiateFlags) {
-        self.0 |= rhs.0;
-    }
-}
+flag_set!(InstantiateFlags(u64) {
+    AUTO_FREE_ON_LAUNCH,
+    UPLOAD,
+    DEVICE_LAUNCH,
+    USE_NODE_PRIORITY,
+});
 
 impl Graph {
     /// Checks the lifetime rules ([`crate::check`]) and instantiates (`cuGraphInstantiateWithFlags`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lifetime`] when the graph breaks a rule of [`crate::check`], as [`Graph::check`]
+    /// reports it; [`Error::InvalidArgument`] naming `Graph::instantiate`, before the driver is
+    /// called, when an allocation of this graph is still live from an earlier launch, or when the
+    /// graph has memory nodes and an [`ExecGraph`] of it still exists (CUDA allows one);
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuUserObjectCreate` or
+    /// `cuGraphRetainUserObject` (at the first instantiation, which hands the graph what its nodes
+    /// refer to) or `cuGraphInstantiateWithFlags` (`cuGraphInstantiateWithParams` with
+    /// [`InstantiateFlags::UPLOAD`]) when the driver refuses the graph.
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
         let roles = self.checked_roles()?;
         self.instantiate_raw(flags, std::ptr::null_mut(), roles)
@@ -74,6 +71,11 @@ impl Graph {
 
     /// As [`instantiate`](Graph::instantiate), and uploads into `stream` as part of it
     /// (adds [`InstantiateFlags::UPLOAD`]).
+    ///
+    /// # Errors
+    ///
+    /// Those of [`instantiate`](Graph::instantiate), the driver's call being
+    /// `cuGraphInstantiateWithParams`.
     pub fn instantiate_and_upload(
         &self,
         flags: InstantiateFlags,
@@ -88,6 +90,11 @@ impl Graph {
     }
 
     /// Instantiates without the lifetime checks: for those who measured that they need it.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`instantiate`](Graph::instantiate) but [`Error::Lifetime`]: the rules are not
+    /// checked.
     ///
     /// # Safety
     ///
@@ -239,6 +246,16 @@ impl ExecGraph {
     /// Refused before the driver is called when a previous launch left allocations live and the
     /// graph was instantiated without AutoFreeOnLaunch ([`Error::UnfreedOnRelaunch`]), or when a
     /// free node of this graph names an allocation that is not live.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnfreedOnRelaunch`] as above; [`Error::InvalidArgument`] naming `ExecGraph::launch`
+    /// when the graph frees or uses an allocation of another graph that is not live;
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamGetId`, `cuStreamWaitEvent`
+    /// (ordering the launch after other streams' uses and frees) or `cuGraphLaunch`. After the
+    /// launch, [`Error::Driver`] naming `cuEventCreate` or `cuEventRecord` when the launch cannot
+    /// be marked for later uses and frees to wait for; the stream is then synchronized before the
+    /// error is returned.
     #[inline]
     pub fn launch(&self, stream: &impl AsStream) -> Result<()> {
         if self.unfreed.is_empty() && self.foreign_frees.is_empty() && self.foreign_uses.is_empty()
@@ -358,6 +375,10 @@ impl ExecGraph {
 
     /// Maps the graph's memory and uploads it into `stream` ahead of the launch
     /// (`cuGraphUpload`, G.5.1).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuGraphUpload`.
     pub fn upload(&self, stream: &impl AsStream) -> Result<()> {
         self.device.bind()?;
         // SAFETY: both handles are live.
@@ -365,16 +386,19 @@ impl ExecGraph {
     }
 
     /// The flags it was instantiated with.
+    #[must_use]
     pub fn flags(&self) -> InstantiateFlags {
         self.flags
     }
 
     /// The allocations this graph leaves live after a launch (not freed in the graph).
+    #[must_use]
     pub fn unfreed_allocations(&self) -> &[GraphAllocation] {
         &self.unfreed
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUgraphExec {
         self.raw
     }

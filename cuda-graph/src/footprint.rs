@@ -60,6 +60,11 @@ fn attribute(device: &Device, attr: sys::CUgraphMem_attribute) -> Result<Bytes> 
 
 impl Device {
     /// The device's graph-memory footprint: used and reserved, current and high-water.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`](crate::Error::Driver) naming
+    /// `cuDeviceGetGraphMemAttribute`.
     pub fn graph_mem_info(&self) -> Result<GraphMemInfo> {
         use sys::CUgraphMem_attribute as A;
         self.bind()?;
@@ -72,6 +77,11 @@ impl Device {
     }
 
     /// Resets both high-water marks to the current values (only zero may be set).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`](crate::Error::Driver) naming
+    /// `cuDeviceSetGraphMemAttribute`.
     pub fn reset_graph_mem_high_watermarks(&self) -> Result<()> {
         use sys::CUgraphMem_attribute as A;
         self.bind()?;
@@ -99,6 +109,11 @@ impl Device {
     /// ([`flush_deferred`](crate::flush_deferred)) and waits for the frees of dropped graph
     /// allocations queued on the device's private stream, so that memory whose last handle is
     /// gone is trimmed too.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`](crate::Error::Driver) naming
+    /// `cuStreamSynchronize` (the wait for the private stream's frees) or `cuDeviceGraphMemTrim`.
     pub fn graph_mem_trim(&self) -> Result<()> {
         self.bind()?;
         if crate::deferred::release_allowed() {

@@ -38,6 +38,7 @@ pub struct Node {
 
 impl Node {
     /// The node's position in its graph (0 for the first node added).
+    #[must_use]
     pub fn index(self) -> usize {
         self.index as usize
     }
@@ -146,6 +147,10 @@ impl Drop for Graph {
 
 impl Graph {
     /// An empty graph whose nodes run on `device` (`cuGraphCreate`).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuGraphCreate`.
     pub fn new(device: &Device) -> Result<Graph> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
@@ -169,6 +174,7 @@ impl Graph {
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUgraph {
         self.raw
     }
@@ -176,6 +182,12 @@ impl Graph {
     /// Takes ownership of a graph made elsewhere. Its existing nodes are read into the record as
     /// far as the driver describes them (memory nodes become [`GraphAllocation`]s; kernel
     /// arguments are not known, so the lifetime checks cannot see their uses).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`] naming `cuGraphGetNodes`, `cuGraphGetEdges`, `cuGraphNodeGetType`,
+    /// `cuGraphMemAllocNodeGetParams` or `cuGraphMemFreeNodeGetParams` when the driver cannot
+    /// describe the graph. The graph is taken all the same: on error it is destroyed.
     ///
     /// # Safety
     ///
@@ -202,6 +214,7 @@ impl Graph {
     /// released when the graph and every executable graph made from it are done; if the driver
     /// refuses that, it is kept for the rest of the process instead (leaked, never freed early)
     /// and the error is recorded in [`Device::drop_errors`].
+    #[must_use = "the handle is no longer destroyed on drop: destroy it, or it leaks"]
     pub fn into_raw(mut self) -> sys::CUgraph {
         if let Err(e) = retain_keep(&self) {
             self.device.record_drop_error(e);
@@ -212,26 +225,37 @@ impl Graph {
     }
 
     /// The device.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.device
     }
 
     /// A process-unique number naming this graph ([`GraphAllocation::owner_graph`] refers to it).
+    #[must_use]
     pub fn id(&self) -> u64 {
         self.id
     }
 
     /// The builder's record, one entry per node, in the order added.
+    #[must_use]
     pub fn nodes(&self) -> &[NodeRecord] {
         &self.nodes
     }
 
     /// The record of `node`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Graph::node` when `node` belongs to another graph.
     pub fn node(&self, node: Node) -> Result<&NodeRecord> {
         self.index_of("Graph::node", node).map(|i| &self.nodes[i])
     }
 
     /// Names a node, for errors and DOT output.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Graph::set_label` when `node` belongs to another graph.
     pub fn set_label(&mut self, node: Node, label: impl Into<String>) -> Result<()> {
         let i = self.index_of("Graph::set_label", node)?;
         self.nodes[i].label = Some(label.into());
@@ -251,6 +275,7 @@ impl Graph {
 
     /// Whether the graph has alloc or free nodes (which forbid cloning, a second instantiation,
     /// and deleting nodes or edges).
+    #[must_use]
     pub fn has_memory_nodes(&self) -> bool {
         self.nodes.iter().any(|n| !n.mem.is_empty())
     }
@@ -368,6 +393,10 @@ impl Graph {
     /// both, so that every allocation it hands out has an address that is its own. A size the
     /// device cannot hold would be accepted by CUDA and fail only at the launch or upload. Sums
     /// of allocations are not checked: what fits depends on what else is allocated then.
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddMemAllocNode` when a node of `deps` belongs to
+    /// another graph or is listed twice; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuDeviceTotalMem` (read once per device, for the size check) or `cuGraphAddMemAllocNode`.
     pub fn add_mem_alloc_node(
         &mut self,
         deps: &[Node],
@@ -406,6 +435,13 @@ impl Graph {
 
     /// Adds a free node for `allocation` (`cuGraphAddMemFreeNode`): from this graph, or from
     /// another graph whose allocation outlives its launch (G.3.3).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddMemFreeNode` when a node of `deps` belongs to
+    /// another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddMemFreeNode` when the
+    /// driver refuses the node (an address that is not a graph allocation, for one). Freeing an
+    /// allocation twice, or in two graphs, is not refused here: the lifetime checks report it.
     pub fn add_mem_free_node(
         &mut self,
         deps: &[Node],
@@ -425,6 +461,12 @@ impl Graph {
 
     /// Adds a kernel node (`cuGraphAddKernelNode`). Graph allocations among `args` are recorded
     /// as used by this node.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddKernelNode` when a node of `deps` belongs to
+    /// another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddKernelNode` when the
+    /// driver refuses the node.
     ///
     /// # Safety
     ///
@@ -467,6 +509,13 @@ impl Graph {
     }
 
     /// Adds a memset node that writes `value` to `count` 32-bit words at the start of `target`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddMemsetNode`, before the driver is called, when
+    /// `count` is 0 or `count` 32-bit words do not fit `target`; likewise when a node of `deps`
+    /// belongs to another graph or is listed twice; [`Device::bind`]'s errors; [`Error::Driver`]
+    /// naming `cuGraphAddMemsetNode`.
     pub fn add_memset_node(
         &mut self,
         deps: &[Node],
@@ -593,6 +642,13 @@ impl Graph {
     }
 
     /// Adds a memcpy node copying `bytes` from `src` to `dst`, both device memory.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddMemcpyNode`, before the driver is called, when
+    /// `bytes` is 0 or more than `src` or `dst` holds, and likewise when a node of `deps` belongs
+    /// to another graph or is listed twice; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuGraphAddMemcpyNode`.
     pub fn add_memcpy_node(
         &mut self,
         deps: &[Node],
@@ -636,6 +692,11 @@ impl Graph {
     }
 
     /// Adds an empty node, which only orders its dependencies before its dependents.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddEmptyNode` when a node of `deps` belongs to
+    /// another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddEmptyNode`.
     pub fn add_empty_node(&mut self, deps: &[Node]) -> Result<Node> {
         const CALL: &str = "cuGraphAddEmptyNode";
         let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
@@ -650,6 +711,11 @@ impl Graph {
     /// and what `f` drops is released later. Nor should it wait for anything a launch holds
     /// (such as [`GraphAllocation::is_live`] of an allocation the graph's own launch uses). A
     /// panic in `f` is caught and ends the process (it cannot unwind into the driver).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddHostNode` when a node of `deps` belongs to
+    /// another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddHostNode`.
     pub fn add_host_node(
         &mut self,
         deps: &[Node],
@@ -680,11 +746,21 @@ impl Graph {
     }
 
     /// Adds a node that records `event` (G.3.3's third ordering).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddEventRecordNode` when a node of `deps` belongs
+    /// to another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddEventRecordNode`.
     pub fn add_event_record_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
         self.add_event_node(deps, event, NodeKind::EventRecord)
     }
 
     /// Adds a node that waits for `event`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddEventWaitNode` when a node of `deps` belongs to
+    /// another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddEventWaitNode`.
     pub fn add_event_wait_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
         self.add_event_node(deps, event, NodeKind::EventWait)
     }
@@ -717,6 +793,12 @@ impl Graph {
     /// children with memory nodes this way (`CUDA_ERROR_NOT_SUPPORTED`); so does this method,
     /// before calling the driver ([`Error::InvalidArgument`]): move them with
     /// [`add_child_graph_node_moved`](Graph::add_child_graph_node_moved).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddChildGraphNode`, before the driver is called,
+    /// when `child` has memory nodes, and likewise when a node of `deps` belongs to another graph
+    /// or is listed twice; [`Error::Driver`] naming `cuGraphAddChildGraphNode`.
     pub fn add_child_graph_node(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
         const CALL: &str = "cuGraphAddChildGraphNode";
         if child.has_memory_nodes() {
@@ -745,6 +827,13 @@ impl Graph {
     /// Moves `child`, memory nodes and all, into this graph as a child graph node
     /// (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`, CUDA 12.9 headers and newer). Its allocations
     /// are then allocated and freed by this graph.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lifetime`] when `child` breaks a rule of [`crate::check`] (checked here: the
+    /// parent's record sees it as one node); [`Error::InvalidArgument`] naming `cuGraphAddNode`
+    /// when a node of `deps` belongs to another graph or is listed twice; [`Error::Driver`] naming
+    /// `cuGraphAddNode`. On error `child` is dropped.
     #[cfg(cuda_graph_child_move)]
     pub fn add_child_graph_node_moved(&mut self, deps: &[Node], mut child: Graph) -> Result<Node> {
         const CALL: &str = "cuGraphAddNode";
@@ -787,6 +876,12 @@ impl Graph {
     }
 
     /// Adds the edge `from → to` (`cuGraphAddDependencies`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddDependencies` when `from` or `to` belongs to
+    /// another graph; [`Error::Driver`] naming `cuGraphAddDependencies` when the driver refuses the
+    /// edge.
     pub fn add_dependency(&mut self, from: Node, to: Node) -> Result<()> {
         const CALL: &str = "cuGraphAddDependencies";
         let f = self.index_of(CALL, from)?;
@@ -807,6 +902,11 @@ impl Graph {
 
     /// Writes the driver's DOT description of the graph, with memory-node parameters
     /// (`cuGraphDebugDotPrint` with all detail flags).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphDebugDotPrint` when `path` contains a NUL byte;
+    /// [`Error::Driver`] naming `cuGraphDebugDotPrint` when the driver cannot write the file.
     pub fn debug_dot_print(&self, path: &std::path::Path) -> Result<()> {
         let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;

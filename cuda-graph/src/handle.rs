@@ -77,10 +77,18 @@ pub trait OwnedHandle: Handle + Sized {
     /// Gives up ownership: the caller destroys the handle. `Err(self)` when the value cannot
     /// give it up now: an [`Event`](crate::Event) while other clones share it (a stream or a
     /// graph always gives it up). See the type's inherent `into_raw` for what it does first.
+    ///
+    /// # Errors
+    /// The value itself, unchanged and still owning its handle, when it cannot give the handle
+    /// up now (an `Event` with other clones).
     fn into_raw(self) -> Result<Self::Raw, Self>;
 
     /// Takes ownership of a raw handle made elsewhere; the value destroys it when dropped. Fails
     /// only for a graph whose nodes cannot be read ([`Graph::from_raw`](crate::Graph::from_raw)).
+    ///
+    /// # Errors
+    /// For a graph, [`Graph::from_raw`](crate::Graph::from_raw)'s: `Error::Driver` naming the
+    /// node-reading call that failed; the graph is destroyed then. Streams and events never fail.
     ///
     /// # Safety
     ///

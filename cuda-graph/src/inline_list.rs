@@ -20,6 +20,7 @@ pub enum Few<T> {
 
 impl<T> Few<T> {
     /// An empty list.
+    #[must_use]
     pub const fn new() -> Few<T> {
         Few::Empty
     }
@@ -50,6 +51,7 @@ impl<T> Few<T> {
 
     /// The items.
     #[inline]
+    #[must_use]
     pub fn as_slice(&self) -> &[T] {
         match self {
             Few::Empty => &[],

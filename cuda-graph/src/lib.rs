@@ -198,6 +198,10 @@
 //! [`Device::graph_mem_trim`] returns unused memory to the OS.
 
 #![warn(missing_docs)]
+// The crate's API conventions, kept here because `[lints] workspace = true` in Cargo.toml cannot
+// be combined with lints of the crate's own: every `Result` says when it errs, and values that
+// are pointless to drop are `#[must_use]`.
+#![warn(clippy::missing_errors_doc, clippy::must_use_candidate)]
 
 pub use bytemuck;
 pub use cuda_graph_sys as sys;
@@ -211,6 +215,7 @@ mod dot;
 mod error;
 mod event;
 mod exec;
+mod flags;
 mod footprint;
 mod graph;
 mod handle;

@@ -66,6 +66,7 @@ pub struct LiveObjects {
 
 impl LiveObjects {
     /// The sum over all kinds.
+    #[must_use]
     pub fn total(&self) -> isize {
         self.contexts
             + self.streams
@@ -101,6 +102,7 @@ impl fmt::Display for LiveObjects {
 }
 
 /// The CUDA objects this crate holds now (every thread), by kind.
+#[must_use]
 pub fn live_objects() -> LiveObjects {
     let get = |k: Kind| LIVE[k as usize].load(Ordering::Relaxed);
     LiveObjects {

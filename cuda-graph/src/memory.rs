@@ -26,10 +26,13 @@ use crate::sys;
 /// ([`KernelArgs::value`](crate::KernelArgs::value)), under the launch's `unsafe` contract.
 pub trait DeviceAddress: sealed::Sealed {
     /// The address.
+    #[must_use]
     fn device_ptr(&self) -> sys::CUdeviceptr;
     /// The size in bytes.
+    #[must_use]
     fn byte_len(&self) -> usize;
     /// The graph allocation behind the address, if it is one (its uses are recorded).
+    #[must_use]
     fn graph_allocation(&self) -> Option<&GraphAllocation> {
         match self.owner() {
             Owner::Graph(a) => Some(a),
@@ -109,6 +112,12 @@ pub struct DeviceBuffer<T: Pod> {
 
 impl<T: Pod> DeviceBuffer<T> {
     /// `len` values, zero-filled.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `DeviceBuffer::zeroed` when `len` is 0 or the size in
+    /// bytes overflows; [`Device::bind`]'s errors; [`Error::Driver`] naming `cuMemAlloc`,
+    /// `cuMemsetD8` or `cuStreamSynchronize` (the wait for the zeroing, on the legacy stream).
     pub fn zeroed(device: &Device, len: usize) -> Result<DeviceBuffer<T>> {
         let bytes = len
             .checked_mul(size_of::<T>())
@@ -140,6 +149,11 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// A copy of `data` on the device.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`zeroed`](DeviceBuffer::zeroed) (an empty `data` is refused there) and
+    /// [`copy_from`](DeviceBuffer::copy_from).
     pub fn from_slice(device: &Device, data: &[T]) -> Result<DeviceBuffer<T>> {
         let buffer = DeviceBuffer::zeroed(device, data.len())?;
         buffer.copy_from(data)?;
@@ -148,6 +162,13 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Copies `data` (exactly `len` values) to the device; the values are there when it returns,
     /// for work on any stream.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `DeviceBuffer::copy_from` when `data` does not hold
+    /// exactly [`len`](DeviceBuffer::len) values; [`Device::bind`]'s errors; [`Error::Driver`]
+    /// naming `cuMemcpyHtoD` or `cuStreamSynchronize` (the wait for the copy, on the legacy
+    /// stream).
     pub fn copy_from(&self, data: &[T]) -> Result<()> {
         if data.len() != self.len {
             return Err(Error::invalid(
@@ -166,6 +187,10 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// The contents, copied to the host synchronously (after the legacy stream's work).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuMemcpyDtoH`.
     pub fn to_vec(&self) -> Result<Vec<T>> {
         self.memory.device.bind()?;
         let mut out = Vec::<T>::with_capacity(self.len);
@@ -180,22 +205,30 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Copies the contents to the host after the work queued on `stream`.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`AsStream::synchronize`] on `stream`, then those of
+    /// [`to_vec`](DeviceBuffer::to_vec).
     pub fn to_vec_after(&self, stream: &impl AsStream) -> Result<Vec<T>> {
         stream.synchronize()?;
         self.to_vec()
     }
 
     /// The number of values.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether it holds no values (never: zero-sized buffers are refused).
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The device.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.memory.device
     }

@@ -53,6 +53,13 @@ impl Drop for ModuleInner {
 
 impl Module {
     /// Loads PTX text; the driver JIT-compiles it for the device.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Module::from_ptx` when `ptx` contains a NUL byte;
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuModuleLoadData` when the driver
+    /// refuses the PTX (`CUDA_ERROR_INVALID_PTX`, or `CUDA_ERROR_UNSUPPORTED_PTX_VERSION` for PTX
+    /// newer than the driver, for two).
     pub fn from_ptx(device: &Device, ptx: &str) -> Result<Module> {
         let text = CString::new(ptx)
             .map_err(|_| Error::invalid("Module::from_ptx", "the PTX contains a NUL byte"))?;
@@ -60,6 +67,13 @@ impl Module {
     }
 
     /// Loads a cubin or fatbin image.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Module::from_cubin` when `image` is shorter than 16
+    /// bytes; [`Device::bind`]'s errors; [`Error::Driver`] naming `cuModuleLoadData` when the
+    /// driver refuses the image (`CUDA_ERROR_INVALID_IMAGE`, or `CUDA_ERROR_NO_BINARY_FOR_GPU` when
+    /// it has no code for this device, for two).
     pub fn from_cubin(device: &Device, image: &[u8]) -> Result<Module> {
         if image.len() < 16 {
             return Err(Error::invalid(
@@ -86,6 +100,12 @@ impl Module {
     }
 
     /// The kernel `name` (an `extern "C"` name, or a mangled one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Module::function` when `name` contains a NUL byte;
+    /// [`Error::Driver`] naming `cuModuleGetFunction`, with `CUDA_ERROR_NOT_FOUND` when the module
+    /// has no kernel of that name.
     pub fn function(&self, name: &str) -> Result<Function> {
         let c_name = CString::new(name)
             .map_err(|_| Error::invalid("Module::function", "the name contains a NUL byte"))?;
@@ -100,11 +120,13 @@ impl Module {
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUmodule {
         self.inner.raw
     }
 
     /// The device the module is loaded on.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.inner.device
     }
@@ -134,11 +156,13 @@ unsafe impl Sync for Function {}
 
 impl Function {
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUfunction {
         self.raw
     }
 
     /// The kernel's name.
+    #[must_use]
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -154,6 +178,7 @@ impl Function {
     }
 
     /// The device it runs on.
+    #[must_use]
     pub fn device(&self) -> &Device {
         self.module.device()
     }
@@ -166,6 +191,18 @@ impl Function {
     /// be live (else [`Error::InvalidArgument`], nothing launched) and the stream first waits
     /// for the launch that allocated it when that ran on another stream; frees of graph and
     /// stream allocations wait for this launch.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::InvalidArgument`], with nothing launched, naming
+    /// `Function::launch` when the stream captures and `args` name graph allocations (launch
+    /// through [`Capture::launch`](crate::Capture::launch)), or naming `cuLaunchKernel` when a
+    /// graph allocation among `args` is not live; [`Error::Driver`] naming
+    /// `cuStreamGetCaptureInfo`, `cuStreamIsCapturing`, `cuStreamGetId`, `cuStreamWaitEvent`
+    /// (ordering the launch after the allocating launch) or `cuLaunchKernel`. After the launch,
+    /// [`Error::Driver`] naming `cuStreamIsCapturing`, `cuStreamGetId`, `cuEventCreate` or
+    /// `cuEventRecord` when a use cannot be recorded for later frees to wait for (when it is a
+    /// graph allocation's, the stream is synchronized before the error is returned).
     ///
     /// # Safety
     ///
@@ -299,6 +336,7 @@ pub struct LaunchConfig {
 impl LaunchConfig {
     /// One-dimensional: enough blocks of `block` threads to cover `elements`, at most 65,535
     /// blocks (the kernels of this project use grid-stride loops).
+    #[must_use]
     pub fn for_elements(elements: u64, block: u32) -> LaunchConfig {
         let blocks = elements.div_ceil(block.max(1) as u64).clamp(1, 65_535) as u32;
         LaunchConfig {
@@ -417,6 +455,7 @@ impl ArgWords {
 impl KernelArgs {
     /// An empty list.
     #[inline]
+    #[must_use]
     pub fn new() -> KernelArgs {
         KernelArgs::default()
     }
@@ -424,6 +463,7 @@ impl KernelArgs {
     /// Appends a value passed by copy (an integer, a float, a `#[repr(C)]` struct); its
     /// alignment is at most 8.
     #[inline]
+    #[must_use = "returns the list with the argument appended"]
     pub fn value<T: Copy + 'static>(mut self, value: T) -> KernelArgs {
         const { assert!(align_of::<T>() <= 8, "kernel argument alignment above 8") };
         self.words.push(value);
@@ -433,6 +473,7 @@ impl KernelArgs {
     /// Appends a device address; its memory is recorded (a graph allocation as used by this
     /// kernel).
     #[inline]
+    #[must_use = "returns the list with the argument appended"]
     pub fn ptr(mut self, target: &impl DeviceAddress) -> KernelArgs {
         self.owners.push(match target.owner() {
             Owner::Graph(a) => ArgOwner::Graph(a.clone()),
@@ -443,11 +484,13 @@ impl KernelArgs {
     }
 
     /// The number of arguments.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.words.count
     }
 
     /// Whether there are none.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.words.count == 0
     }

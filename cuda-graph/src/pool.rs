@@ -22,6 +22,10 @@ unsafe impl Sync for MemPool {}
 
 impl MemPool {
     /// A pool of memory resident on `device`.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`](crate::Error::Driver) naming `cuMemPoolCreate`.
     pub fn new(device: &Device) -> Result<MemPool> {
         device.bind()?;
         let props = sys::CUmemPoolProps {
@@ -40,6 +44,11 @@ impl MemPool {
     }
 
     /// Grants `peer` access to the pool's memory (`cuMemPoolSetAccess`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`](crate::Error::Driver) naming `cuMemPoolSetAccess` (a peer that cannot
+    /// access the resident device, for one).
     pub fn set_access(&self, peer: &Device, access: Access) -> Result<()> {
         let desc = sys::CUmemAccessDesc {
             location: device_location(peer),
@@ -50,6 +59,10 @@ impl MemPool {
     }
 
     /// The access `peer` has (`cuMemPoolGetAccess`): `None` when it has none.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Driver`](crate::Error::Driver) naming `cuMemPoolGetAccess`.
     pub fn access(&self, peer: &Device) -> Result<Option<Access>> {
         let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
         let mut location = device_location(peer);
@@ -63,11 +76,13 @@ impl MemPool {
     }
 
     /// The resident device.
+    #[must_use]
     pub fn device(&self) -> &Device {
         &self.device
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUmemoryPool {
         self.raw
     }

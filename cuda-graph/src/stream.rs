@@ -7,18 +7,26 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, check, driver};
 use crate::event::Event;
+use crate::flags::flag_set;
 use crate::handle::{Handle, OwnedHandle};
 use crate::sys;
 
 /// Anything work can be queued on: an owned or a borrowed stream.
 pub trait AsStream {
     /// The raw stream handle.
+    #[must_use]
     fn as_raw_stream(&self) -> sys::CUstream;
     /// The device the stream belongs to.
+    #[must_use]
     fn device(&self) -> &Device;
 
     /// Waits on the host until the stream's work is done (`cuStreamSynchronize`), then runs
     /// the releases the crate put off ([`flush_deferred`](crate::flush_deferred)).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamSynchronize`, which also
+    /// reports an earlier asynchronous failure of work on the stream (a kernel's fault, for one).
     fn synchronize(&self) -> Result<()> {
         self.device().bind()?;
         // SAFETY: the stream handle is live for as long as `self` is.
@@ -30,6 +38,10 @@ pub trait AsStream {
     /// The driver's id of the stream (`cuStreamGetId`), unique for the life of the process.
     /// For the per-thread default stream it is the calling thread's own stream: two threads get
     /// two ids for one handle. Not available while the stream captures.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamGetId`.
     fn stream_id(&self) -> Result<u64> {
         self.device().bind()?;
         let mut id = 0;
@@ -39,6 +51,10 @@ pub trait AsStream {
     }
 
     /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamWaitEvent`.
     fn wait_event(&self, event: &Event) -> Result<()> {
         self.device().bind()?;
         // SAFETY: both handles are live.
@@ -46,6 +62,10 @@ pub trait AsStream {
     }
 
     /// Whether the stream is capturing into a graph (`cuStreamIsCapturing`).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamIsCapturing`.
     fn capture_status(&self) -> Result<CaptureStatus> {
         self.device().bind()?;
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -59,6 +79,11 @@ pub trait AsStream {
 // here, above event.rs, which names no stream.
 impl Event {
     /// Records the event on `stream` (`cuEventRecord`).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors (for the stream's device); [`Error::Driver`] naming
+    /// `cuEventRecord`.
     pub fn record(&self, stream: &impl AsStream) -> Result<()> {
         stream.device().bind()?;
         // SAFETY: both handles are live.
@@ -102,19 +127,9 @@ impl StreamFlags {
     /// `CU_STREAM_NON_BLOCKING`: does not synchronize with the legacy default stream.
     pub const NON_BLOCKING: StreamFlags =
         StreamFlags(sys::CUstream_flags::CU_STREAM_NON_BLOCKING.0);
-
-    /// The raw bits.
-    pub const fn bits(self) -> u32 {
-        self.0
-    }
 }
 
-impl std::ops::BitOr for StreamFlags {
-    type Output = StreamFlags;
-    fn bitor(self, rhs: StreamFlags) -> StreamFlags {
-        StreamFlags(self.0 | rhs.0)
-    }
-}
+flag_set!(StreamFlags(u32) { NON_BLOCKING });
 
 /// An owned stream, destroyed on drop (`cuStreamDestroy`; queued work still completes).
 #[derive(Debug)]
@@ -134,12 +149,20 @@ unsafe impl Sync for Stream {}
 
 impl Stream {
     /// A new stream on `device` with default flags and priority.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamCreateWithPriority`.
     pub fn new(device: &Device) -> Result<Stream> {
         Stream::with_flags(device, StreamFlags::DEFAULT, 0)
     }
 
     /// A new stream with flags and a priority (lower numbers are higher priorities; see
     /// `cuCtxGetStreamPriorityRange`).
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamCreateWithPriority`.
     pub fn with_flags(device: &Device, flags: StreamFlags, priority: i32) -> Result<Stream> {
         device.bind()?;
         let mut raw = std::ptr::null_mut();
@@ -154,6 +177,7 @@ impl Stream {
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUstream {
         self.raw
     }
@@ -164,6 +188,7 @@ impl Stream {
     ///
     /// `raw` is a live stream of `device`'s primary context that nothing else destroys; this
     /// value destroys it when dropped.
+    #[must_use]
     pub unsafe fn from_raw(raw: sys::CUstream, device: &Device) -> Stream {
         Stream {
             raw,
@@ -199,6 +224,7 @@ impl Stream {
 
     /// Gives up ownership: the caller destroys the stream. A capture a forgotten guard left
     /// open on it is ended first, as on drop.
+    #[must_use = "the handle is no longer destroyed on drop: destroy it, or it leaks"]
     pub fn into_raw(mut self) -> sys::CUstream {
         self.end_forgotten_capture();
         self.owns_raw = false;
@@ -206,6 +232,7 @@ impl Stream {
     }
 
     /// A borrowed view of this stream.
+    #[must_use]
     pub fn borrow(&self) -> BorrowedStream<'_> {
         BorrowedStream {
             raw: self.raw,
@@ -322,6 +349,7 @@ unsafe impl Sync for BorrowedStream<'_> {}
 
 impl BorrowedStream<'static> {
     /// The calling thread's default stream (`CU_STREAM_PER_THREAD`, `cudaStreamPerThread`).
+    #[must_use]
     pub fn per_thread(device: &Device) -> BorrowedStream<'static> {
         BorrowedStream {
             raw: sys::CU_STREAM_PER_THREAD,
@@ -331,6 +359,7 @@ impl BorrowedStream<'static> {
     }
 
     /// The legacy default stream (`CU_STREAM_LEGACY`), which synchronizes with blocking streams.
+    #[must_use]
     pub fn legacy(device: &Device) -> BorrowedStream<'static> {
         BorrowedStream {
             raw: sys::CU_STREAM_LEGACY,
@@ -350,6 +379,7 @@ impl BorrowedStream<'_> {
     /// if a [`StreamAllocation`](crate::StreamAllocation) on it is dropped while it captures,
     /// until the free the crate then queues on it has run (after the capture ends; see
     /// [`flush_deferred`](crate::flush_deferred)).
+    #[must_use]
     pub unsafe fn from_raw<'a>(raw: sys::CUstream, device: &Device) -> BorrowedStream<'a> {
         BorrowedStream {
             raw,
@@ -359,6 +389,7 @@ impl BorrowedStream<'_> {
     }
 
     /// The raw handle.
+    #[must_use]
     pub fn as_raw(&self) -> sys::CUstream {
         self.raw
     }

@@ -92,6 +92,11 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
     /// both, so that every allocation it hands out has an address that is its own. A size the
     /// device cannot hold would be accepted by CUDA and fail only at the launch or upload. Sums
     /// of allocations are not checked: what fits depends on what else is allocated then.
+    ///
+    /// [`Error::InvalidArgument`] naming `cuMemAllocAsync` when `stream` is capturing (allocate
+    /// with [`Capture::malloc_async`](crate::Capture::malloc_async), which makes an alloc node);
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuDeviceTotalMem` (read once per
+    /// device, for the size check), `cuStreamIsCapturing` or `cuMemAllocAsync`.
     pub fn new(stream: &'s S, bytes: usize) -> Result<Self> {
         Self::allocate(stream, bytes, "cuMemAllocAsync", |ptr| {
             // SAFETY: out-pointer valid; the stream is live and not capturing (checked).
@@ -100,6 +105,10 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
     }
 
     /// `bytes` from `pool` (`cuMemAllocFromPoolAsync`), ordered on `stream`.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](StreamAllocation::new)'s, naming `cuMemAllocFromPoolAsync`.
     pub fn from_pool(stream: &'s S, pool: &MemPool, bytes: usize) -> Result<Self> {
         Self::allocate(stream, bytes, "cuMemAllocFromPoolAsync", |ptr| {
             // SAFETY: out-pointer valid; pool and stream are live; the stream is not capturing.
@@ -145,11 +154,20 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
     /// Frees it on its stream now (`cuMemFreeAsync`), after the work queued there and every
     /// other use the crate knows of; while the stream captures, or a graph still refers to it,
     /// the free is put off as on drop.
+    ///
+    /// # Errors
+    ///
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamIsCapturing`, `cuStreamGetId`,
+    /// `cuStreamWaitEvent` (ordering the free after other streams' uses), `cuMemFreeAsync`,
+    /// `cuCtxSynchronize` (a per-thread default stream freed from another thread) or, when a graph
+    /// still holds the memory, `cuEventCreate` or `cuEventRecord`. The handle lets go all the same:
+    /// on error the memory is freed as when its last holder drops.
     pub fn free_async(mut self) -> Result<()> {
         self.let_go()
     }
 
     /// The stream it is ordered on.
+    #[must_use]
     pub fn stream(&self) -> &'s S {
         self.stream
     }

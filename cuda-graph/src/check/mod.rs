@@ -80,6 +80,11 @@ impl Graph {
     /// Checks the lifetime rules on the record (no GPU needed); [`Graph::instantiate`] does it
     /// too. A graph that uses and frees no graph allocation passes at once. Cost: see
     /// [the module](crate::check#cost).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lifetime`] with every violation found, when the record breaks a rule of
+    /// [`crate::check`]. Nothing else: the check calls no driver.
     pub fn check(&self) -> Result<()> {
         self.checked_roles().map(drop)
     }
@@ -123,6 +128,7 @@ impl Graph {
 
     /// The record as a [`Model`]: what the checks see. Allocations get keys in the order the
     /// record first mentions them.
+    #[must_use]
     pub fn model(&self) -> Model {
         self.record_model(true).0
     }
@@ -214,6 +220,7 @@ pub struct Model {
 
 impl Model {
     /// An empty model.
+    #[must_use]
     pub fn new() -> Model {
         Model::default()
     }
@@ -358,6 +365,7 @@ impl Rows {
 
 /// Checks a model against the rules; returns every violation, ordered by node, then rule.
 /// Cost: see [the module](crate::check#cost).
+#[must_use]
 pub fn check_model(model: &Model) -> Vec<Violation> {
     if fast::verify(model, true, |_, _| {}) {
         return Vec::new();
