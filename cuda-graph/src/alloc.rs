@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{Error, Result, driver};
+use crate::error::{AllocationRef, Error, Result, driver};
 use crate::event::Event;
 use crate::keep::Keep;
 use crate::stream::{AsStream, CaptureStatus};
@@ -122,8 +122,8 @@ pub(crate) fn check_size(call: &'static str, device: &Device, bytes: usize) -> R
             call,
             format!(
                 "an allocation of {} on a device of {}",
-                crate::footprint::Bytes(bytes as u64),
-                crate::footprint::Bytes(memory as u64)
+                crate::bytes::Bytes(bytes as u64),
+                crate::bytes::Bytes(memory as u64)
             ),
         ));
     }
@@ -236,6 +236,17 @@ impl GraphAllocation {
         self.inner.id
     }
 
+    /// The allocation as errors name it ([`AllocationRef`]).
+    #[must_use]
+    pub fn describe(&self) -> AllocationRef {
+        AllocationRef {
+            id: self.inner.id,
+            address: self.inner.ptr,
+            bytes: self.inner.bytes,
+            label: self.inner.label.clone(),
+        }
+    }
+
     /// The label given in [`AllocParams::label`], if any.
     #[must_use]
     pub fn label(&self) -> Option<&str> {
@@ -323,9 +334,9 @@ impl GraphAllocation {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] naming `GraphAllocation::free_async`, with nothing freed, when
-    /// `stream` is capturing (free with [`Capture::free_async`](crate::Capture::free_async)
-    /// instead) or the allocation is not live; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// With nothing freed: [`Error::Capturing`] naming `GraphAllocation::free_async` when `stream`
+    /// is capturing (free with [`Capture::free_async`](crate::Capture::free_async) instead);
+    /// [`Error::NotLive`] naming it when the allocation is not live. [`Device::bind`]'s errors; [`Error::Driver`] naming
     /// `cuStreamIsCapturing`, `cuStreamGetId`, `cuStreamWaitEvent` (ordering the free after the
     /// uses) or `cuMemFreeAsync`. After the free, [`Error::Driver`] naming `cuEventCreate` or
     /// `cuEventRecord` when the free cannot be marked for the graph's next launch to wait for; the
@@ -335,19 +346,17 @@ impl GraphAllocation {
         // No capture of this crate begins between the check below and the free.
         let _gate = deferred::hold_gate();
         if stream.capture_status()? != CaptureStatus::None {
-            return Err(Error::invalid(
-                "GraphAllocation::free_async",
-                format!(
-                    "{self} would be freed inside a stream capture; use Capture::free_async so the captured graph records the free"
-                ),
-            ));
+            return Err(Error::Capturing {
+                call: "GraphAllocation::free_async",
+                instead: "use Capture::free_async, so that the captured graph records the free",
+            });
         }
         let mut state = self.state();
         if !state.live {
-            return Err(Error::invalid(
-                "GraphAllocation::free_async",
-                format!("{self} is not live: no launch has allocated it, or it was already freed"),
-            ));
+            return Err(Error::NotLive {
+                call: "GraphAllocation::free_async",
+                allocation: self.describe(),
+            });
         }
         stream.device().bind()?;
         let id = stream.stream_id()?;
@@ -378,12 +387,10 @@ impl GraphAllocation {
         id: u64,
     ) -> Result<()> {
         if !state.live {
-            return Err(Error::invalid(
-                "cuLaunchKernel",
-                format!(
-                    "the arguments use {self}, which is not live (not yet allocated by a launch of its graph, or already freed)"
-                ),
-            ));
+            return Err(Error::NotLive {
+                call: "cuLaunchKernel",
+                allocation: self.describe(),
+            });
         }
         state.order_use(stream.as_raw_stream(), id)
     }
@@ -490,16 +497,7 @@ impl Drop for AllocInner {
 
 impl fmt::Display for GraphAllocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.inner.label {
-            Some(label) => write!(f, "allocation '{label}'"),
-            None => write!(
-                f,
-                "allocation #{} ({} at {:#x})",
-                self.inner.id,
-                crate::footprint::Bytes(self.inner.bytes as u64),
-                self.inner.ptr
-            ),
-        }
+        self.describe().fmt(f)
     }
 }
 

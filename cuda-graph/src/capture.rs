@@ -87,9 +87,9 @@ impl<'s> Capture<'s, Stream> {
     ///
     /// # Errors
     ///
-    /// [`Device::bind`]'s errors; [`Error::InvalidArgument`] naming `cuStreamBeginCapture` when the
-    /// stream already captures (before the driver is called) or does not report the capture just
-    /// begun (which is then ended); [`Error::Driver`] naming `cuStreamIsCapturing`,
+    /// [`Device::bind`]'s errors; [`Error::Capturing`] naming `cuStreamBeginCapture` when the
+    /// stream already captures (before the driver is called); [`Error::InvalidArgument`] naming it
+    /// when the stream does not report the capture just begun (which is then ended); [`Error::Driver`] naming `cuStreamIsCapturing`,
     /// `cuStreamBeginCapture` or `cuStreamGetCaptureInfo`.
     pub fn begin(stream: &'s Stream, mode: CaptureMode) -> Result<Capture<'s, Stream>> {
         Capture::begin_on(stream, mode)
@@ -104,10 +104,10 @@ impl<'s, S: AsStream> Capture<'s, S> {
         // it, and no free checked "not capturing" on this stream is captured.
         let _gate = deferred::exclusive_gate();
         if stream.capture_status()? != CaptureStatus::None {
-            return Err(Error::invalid(
-                "cuStreamBeginCapture",
-                "the stream is already capturing; end that capture first",
-            ));
+            return Err(Error::Capturing {
+                call: "cuStreamBeginCapture",
+                instead: "it is already capturing: end that capture first",
+            });
         }
         // SAFETY: the stream is live.
         driver!(unsafe { sys::cuStreamBeginCapture(stream.as_raw_stream(), mode.raw()) })?;
@@ -254,8 +254,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] naming `Capture::free_async_on`, with nothing freed, when
-    /// `stream` is not capturing into this capture; otherwise those of
+    /// [`Error::NotInCapture`] naming `Capture::free_async_on`, with nothing freed, when `stream`
+    /// is not capturing into this capture; otherwise those of
     /// [`free_async`](Capture::free_async), and [`Error::Driver`] naming `cuStreamGetCaptureInfo`
     /// for the membership check.
     ///
@@ -326,7 +326,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] naming `Capture::launch_on`, with nothing launched, when `stream`
+    /// [`Error::NotInCapture`] naming `Capture::launch_on`, with nothing launched, when `stream`
     /// is not capturing into this capture; otherwise those of [`launch`](Capture::launch).
     ///
     /// # Safety
@@ -393,10 +393,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         if capture_id(stream.as_raw_stream())? == Some(self.capture_id) {
             return Ok(());
         }
-        Err(Error::invalid(
-            call,
-            "the stream is not capturing into this capture; fork it from the capturing stream first (Capture::fork)",
-        ))
+        Err(Error::NotInCapture { call })
     }
 
     /// Joins `other` back: the capturing stream waits for an event recorded on `other`, which
@@ -404,7 +401,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] naming `Capture::join` when `other` is not capturing into this
+    /// [`Error::NotInCapture`] naming `Capture::join` when `other` is not capturing into this
     /// capture; otherwise those of [`fork`](Capture::fork), and [`Error::Driver`] naming
     /// `cuStreamGetCaptureInfo` for the membership check.
     pub fn join(&self, other: &impl AsStream) -> Result<()> {

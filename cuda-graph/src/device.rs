@@ -194,15 +194,14 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] naming `Device::bind` when called from a host node's function;
+    /// [`Error::InHostFunction`] naming `Device::bind` when called from a host node's function;
     /// [`Error::Driver`] naming `cuCtxGetCurrent` or `cuCtxSetCurrent`.
     #[inline]
     pub fn bind(&self) -> Result<()> {
         if deferred::in_host_function() {
-            return Err(Error::invalid(
-                "Device::bind",
-                "called from a host node's function, where CUDA must not be called",
-            ));
+            return Err(Error::InHostFunction {
+                call: "Device::bind",
+            });
         }
         let mut current = std::ptr::null_mut();
         // SAFETY: `current` is a valid out-pointer.

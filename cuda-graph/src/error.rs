@@ -20,8 +20,50 @@ pub enum Error {
     /// Relaunching an executable graph that still owns allocations it did not free, instantiated
     /// without AutoFreeOnLaunch: CUDA would refuse, and the memory would leak.
     UnfreedOnRelaunch {
-        /// The allocations still live from the previous launch, as their labels or addresses.
-        allocations: Vec<String>,
+        /// The allocations still live from the previous launch.
+        allocations: Vec<AllocationRef>,
+    },
+    /// The operation needs a live graph allocation (allocated by a launch of its graph, not yet
+    /// freed), and `allocation` is not: freeing it, launching work that uses or frees it.
+    NotLive {
+        /// The operation.
+        call: &'static str,
+        /// The allocation.
+        allocation: AllocationRef,
+    },
+    /// A graph is instantiated again while `allocation`, which a launch of it made, is still
+    /// live: its alloc node's address is fixed for the life of the graph, so a second executable
+    /// graph would map it again while the first mapping is in use.
+    StillLive {
+        /// The operation.
+        call: &'static str,
+        /// The allocation.
+        allocation: AllocationRef,
+    },
+    /// The graph has memory nodes and an executable graph of it still exists: CUDA allows one
+    /// instantiation of such a graph at a time.
+    AlreadyInstantiated {
+        /// The operation.
+        call: &'static str,
+    },
+    /// The operation is refused on a stream that is capturing: it would be captured where the
+    /// crate cannot record it, or break the capture. `instead` says what to call.
+    Capturing {
+        /// The operation.
+        call: &'static str,
+        /// What to do instead.
+        instead: &'static str,
+    },
+    /// The stream is not part of this capture (it was not forked into it): the work would run
+    /// now, on addresses that exist only in the captured graph.
+    NotInCapture {
+        /// The operation.
+        call: &'static str,
+    },
+    /// CUDA was called from a host node's function, where CUDA must not be called.
+    InHostFunction {
+        /// The operation.
+        call: &'static str,
     },
     /// A stream was dropped while a capture begun on it was still open (its
     /// [`Capture`](crate::Capture) guard was forgotten): the capture was ended and its graph
@@ -67,7 +109,11 @@ impl fmt::Display for Error {
                 f,
                 "cannot relaunch: the previous launch's allocation{} {} {} not been freed; free {} (free_async, or a free node in another graph) or instantiate with InstantiateFlags::AUTO_FREE_ON_LAUNCH",
                 if allocations.len() == 1 { "" } else { "s" },
-                allocations.join(", "),
+                allocations
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 if allocations.len() == 1 {
                     "has"
                 } else {
@@ -82,6 +128,62 @@ impl fmt::Display for Error {
                 write!(f, "a value dropped by a deferred release panicked: {what}")
             }
             Error::InvalidArgument { call, reason } => write!(f, "{call}: {reason}"),
+            Error::NotLive { call, allocation } => write!(
+                f,
+                "{call}: {allocation} is not live: no launch of its graph has allocated it yet, or it was already freed"
+            ),
+            Error::StillLive { call, allocation } => write!(
+                f,
+                "{call}: {allocation} of this graph is still live from an earlier launch; free it (free_async, or a free node in another graph) before instantiating the graph again"
+            ),
+            Error::AlreadyInstantiated { call } => write!(
+                f,
+                "{call}: the graph has memory nodes and an executable graph of it still exists; CUDA allows one instantiation at a time (drop the ExecGraph first)"
+            ),
+            Error::Capturing { call, instead } => {
+                write!(f, "{call}: the stream is capturing; {instead}")
+            }
+            Error::NotInCapture { call } => write!(
+                f,
+                "{call}: the stream is not capturing into this capture; fork it from the capturing stream first (Capture::fork)"
+            ),
+            Error::InHostFunction { call } => write!(
+                f,
+                "{call}: called from a host node's function, where CUDA must not be called"
+            ),
+        }
+    }
+}
+
+/// A graph allocation as an error names it: its id ([`GraphAllocation::id`]), address, size
+/// and label. A description, not a handle: an error held on to keeps no memory alive. Compare
+/// with an allocation through [`GraphAllocation::id`].
+///
+/// [`GraphAllocation::id`]: crate::GraphAllocation::id
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct AllocationRef {
+    /// Its id, unique in the process.
+    pub id: u64,
+    /// Its fixed address.
+    pub address: sys::CUdeviceptr,
+    /// Its size in bytes.
+    pub bytes: usize,
+    /// Its label ([`AllocParams::label`](crate::AllocParams::label)), if any.
+    pub label: Option<String>,
+}
+
+impl fmt::Display for AllocationRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.label {
+            Some(label) => write!(f, "allocation '{label}'"),
+            None => write!(
+                f,
+                "allocation #{} ({} at {:#x})",
+                self.id,
+                crate::bytes::Bytes(self.bytes as u64),
+                self.address
+            ),
         }
     }
 }
@@ -242,6 +344,18 @@ mod display_tests {
     /// One error of every variant, built without a driver.
     fn every_variant() -> Vec<Error> {
         let driver = |call, code, load| Error::Driver(DriverError { call, code, load });
+        let labelled = AllocationRef {
+            id: 1,
+            address: 0x7f00_0000_0000,
+            bytes: 1 << 20,
+            label: Some("a".into()),
+        };
+        let unlabelled = AllocationRef {
+            id: 2,
+            address: 0x7f00_0010_0000,
+            bytes: 1 << 20,
+            label: None,
+        };
         vec![
             driver(
                 "cuInit",
@@ -260,11 +374,32 @@ mod display_tests {
                 violations: Vec::new(),
             }),
             Error::UnfreedOnRelaunch {
-                allocations: vec!["allocation 'a'".into()],
+                allocations: vec![labelled.clone(), unlabelled.clone()],
             },
             Error::CaptureLeftOpen,
             Error::ReleasePanicked("boom".into()),
             Error::invalid("Graph::node", "node 3 belongs to another graph"),
+            Error::NotLive {
+                call: "GraphAllocation::free_async",
+                allocation: unlabelled.clone(),
+            },
+            Error::StillLive {
+                call: "Graph::instantiate",
+                allocation: labelled,
+            },
+            Error::AlreadyInstantiated {
+                call: "Graph::instantiate",
+            },
+            Error::Capturing {
+                call: "Function::launch",
+                instead: "launch through Capture::launch",
+            },
+            Error::NotInCapture {
+                call: "Capture::join",
+            },
+            Error::InHostFunction {
+                call: "Device::bind",
+            },
         ]
     }
 
@@ -281,6 +416,43 @@ mod display_tests {
         assert!(
             text.starts_with("cuGraphLaunch failed: CUDA_ERROR_INVALID_VALUE"),
             "{text}"
+        );
+    }
+
+    /// Each state error names its operation, and the allocation where it carries one (by label,
+    /// or by id, size and address).
+    #[test]
+    fn state_errors_name_the_call_and_the_allocation() {
+        for e in every_variant().into_iter().skip(7) {
+            let text = e.to_string();
+            let call = match &e {
+                Error::NotLive { call, .. }
+                | Error::StillLive { call, .. }
+                | Error::AlreadyInstantiated { call }
+                | Error::Capturing { call, .. }
+                | Error::NotInCapture { call }
+                | Error::InHostFunction { call } => *call,
+                other => panic!("not a state error: {other:?}"),
+            };
+            assert!(text.starts_with(&format!("{call}: ")), "{text}");
+            assert_eq!(e.code(), None, "{text}");
+        }
+        let all = every_variant();
+        let text = |i: usize| all[i].to_string();
+        assert!(
+            text(7).contains("allocation #2 (1.0 MiB at 0x7f0000100000) is not live"),
+            "{}",
+            text(7)
+        );
+        assert!(
+            text(8).contains("allocation 'a' of this graph is still live"),
+            "{}",
+            text(8)
+        );
+        assert!(
+            text(3).contains("allocation 'a', allocation #2 (1.0 MiB"),
+            "{}",
+            text(3)
         );
     }
 

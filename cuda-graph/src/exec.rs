@@ -7,7 +7,7 @@ use crate::alloc::GraphAllocation;
 use crate::check::Roles;
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{Error, Result, driver};
+use crate::error::{AllocationRef, Error, Result, driver};
 use crate::flags::flag_set;
 use crate::graph::{Graph, retain_keep};
 use crate::handle::Handle;
@@ -57,9 +57,10 @@ impl Graph {
     /// # Errors
     ///
     /// [`Error::Lifetime`] when the graph breaks a rule of [`crate::check`], as [`Graph::check`]
-    /// reports it; [`Error::InvalidArgument`] naming `Graph::instantiate`, before the driver is
-    /// called, when an allocation of this graph is still live from an earlier launch, or when the
-    /// graph has memory nodes and an [`ExecGraph`] of it still exists (CUDA allows one);
+    /// reports it; before the driver is called, [`Error::StillLive`] naming `Graph::instantiate`
+    /// and the allocation when an allocation of this graph is still live from an earlier launch,
+    /// and [`Error::AlreadyInstantiated`] when the graph has memory nodes and an [`ExecGraph`] of
+    /// it still exists (CUDA allows one);
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuUserObjectCreate` or
     /// `cuGraphRetainUserObject` (at the first instantiation, which hands the graph what its nodes
     /// refer to) or `cuGraphInstantiateWithFlags` (`cuGraphInstantiateWithParams` with
@@ -118,18 +119,13 @@ impl Graph {
         if let Some(live) = roles.unfreed.iter().find(|a| a.is_live()) {
             // The alloc node's address is fixed for the life of the graph: a second executable
             // graph would map it again while the first mapping is still in use.
-            return Err(Error::invalid(
-                CALL,
-                format!(
-                    "{live} of this graph is still live from an earlier launch; free it (free_async, or a free node in another graph) before instantiating the graph again"
-                ),
-            ));
+            return Err(Error::StillLive {
+                call: CALL,
+                allocation: live.describe(),
+            });
         }
         if memory_nodes && self.instantiated.swap(true, Ordering::AcqRel) {
-            return Err(Error::invalid(
-                CALL,
-                "the graph has memory nodes and an executable graph of it still exists; CUDA allows one instantiation at a time (drop the ExecGraph first)",
-            ));
+            return Err(Error::AlreadyInstantiated { call: CALL });
         }
         let release = |e| {
             if memory_nodes {
@@ -249,8 +245,8 @@ impl ExecGraph {
     ///
     /// # Errors
     ///
-    /// [`Error::UnfreedOnRelaunch`] as above; [`Error::InvalidArgument`] naming `ExecGraph::launch`
-    /// when the graph frees or uses an allocation of another graph that is not live;
+    /// [`Error::UnfreedOnRelaunch`] as above; [`Error::NotLive`] naming `ExecGraph::launch` and the
+    /// allocation when the graph frees or uses an allocation of another graph that is not live;
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamGetId`, `cuStreamWaitEvent`
     /// (ordering the launch after other streams' uses and frees) or `cuGraphLaunch`. After the
     /// launch, [`Error::Driver`] naming `cuEventCreate` or `cuEventRecord` when the launch cannot
@@ -274,11 +270,11 @@ impl ExecGraph {
     fn launch_with_allocations(&self, stream: &impl AsStream) -> Result<()> {
         let auto_free = self.flags.contains(InstantiateFlags::AUTO_FREE_ON_LAUNCH);
         if !auto_free {
-            let live: Vec<String> = self
+            let live: Vec<AllocationRef> = self
                 .unfreed
                 .iter()
                 .filter(|a| a.is_live())
-                .map(|a| a.to_string())
+                .map(GraphAllocation::describe)
                 .collect();
             if !live.is_empty() {
                 return Err(Error::UnfreedOnRelaunch { allocations: live });
@@ -298,17 +294,10 @@ impl ExecGraph {
         for (a, &at) in frees.clone().chain(uses.clone()) {
             let state = &states[at];
             if !state.is_live() {
-                let verb = if self.frees_at.contains(&at) {
-                    "frees"
-                } else {
-                    "uses"
-                };
-                return Err(Error::invalid(
-                    "ExecGraph::launch",
-                    format!(
-                        "the graph {verb} {a}, which is not live (not yet allocated by a launch of its graph, or already freed)"
-                    ),
-                ));
+                return Err(Error::NotLive {
+                    call: "ExecGraph::launch",
+                    allocation: a.describe(),
+                });
             }
         }
         for &at in &self.uses_at {

@@ -207,6 +207,7 @@ pub use bytemuck;
 pub use cuda_graph_sys as sys;
 
 mod alloc;
+mod bytes;
 mod capture;
 pub mod check;
 mod deferred;
@@ -234,13 +235,14 @@ mod stream_alloc;
 mod uses;
 
 pub use alloc::{Access, AllocParams, GraphAllocation};
+pub use bytes::Bytes;
 pub use capture::{Capture, CaptureMode, capture};
 pub use deferred::{DropErrors, flush_deferred};
 pub use device::{Device, HEADERS_VERSION, device_count, driver_version, init};
-pub use error::{DriverError, Error, Result};
+pub use error::{AllocationRef, DriverError, Error, Result};
 pub use event::{Event, EventFlags};
 pub use exec::{ExecGraph, InstantiateFlags};
-pub use footprint::{Bytes, GraphMemInfo};
+pub use footprint::GraphMemInfo;
 pub use graph::{Graph, MemOp, MemsetValue, Node, NodeKind, NodeRecord};
 pub use handle::{Handle, OwnedHandle};
 pub use inline_list::Few;

@@ -194,10 +194,10 @@ impl Function {
     ///
     /// # Errors
     ///
-    /// [`Device::bind`]'s errors; [`Error::InvalidArgument`], with nothing launched, naming
+    /// [`Device::bind`]'s errors; with nothing launched, [`Error::Capturing`] naming
     /// `Function::launch` when the stream captures and `args` name graph allocations (launch
-    /// through [`Capture::launch`](crate::Capture::launch)), or naming `cuLaunchKernel` when a
-    /// graph allocation among `args` is not live; [`Error::Driver`] naming
+    /// through [`Capture::launch`](crate::Capture::launch)), or [`Error::NotLive`] naming
+    /// `cuLaunchKernel` when a graph allocation among `args` is not live; [`Error::Driver`] naming
     /// `cuStreamGetCaptureInfo`, `cuStreamIsCapturing`, `cuStreamGetId`, `cuStreamWaitEvent`
     /// (ordering the launch after the allocating launch) or `cuLaunchKernel`. After the launch,
     /// [`Error::Driver`] naming `cuStreamIsCapturing`, `cuStreamGetId`, `cuEventCreate` or
@@ -316,10 +316,10 @@ impl Handle for Function {
 /// A launch with graph allocations on a capturing stream, made without its [`Capture`]
 /// guard: the captured graph's record would miss the uses.
 fn refused_in_capture() -> Error {
-    Error::invalid(
-        "Function::launch",
-        "the stream is capturing and the arguments name graph allocations: launch through Capture::launch or Capture::launch_on, which record the uses",
-    )
+    Error::Capturing {
+        call: "Function::launch",
+        instead: "the arguments name graph allocations: launch through Capture::launch or Capture::launch_on, which record the uses",
+    }
 }
 
 /// Grid and block shape of a launch.

@@ -93,8 +93,8 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
     /// device cannot hold would be accepted by CUDA and fail only at the launch or upload. Sums
     /// of allocations are not checked: what fits depends on what else is allocated then.
     ///
-    /// [`Error::InvalidArgument`] naming `cuMemAllocAsync` when `stream` is capturing (allocate
-    /// with [`Capture::malloc_async`](crate::Capture::malloc_async), which makes an alloc node);
+    /// [`Error::Capturing`] naming `cuMemAllocAsync` when `stream` is capturing (allocate with
+    /// [`Capture::malloc_async`](crate::Capture::malloc_async), which makes an alloc node);
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuDeviceTotalMem` (read once per
     /// device, for the size check), `cuStreamIsCapturing` or `cuMemAllocAsync`.
     pub fn new(stream: &'s S, bytes: usize) -> Result<Self> {
@@ -126,10 +126,10 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
     ) -> Result<Self> {
         crate::alloc::check_size(call, stream.device(), bytes)?;
         if stream.capture_status()? != CaptureStatus::None {
-            return Err(Error::invalid(
+            return Err(Error::Capturing {
                 call,
-                "the stream is capturing; allocate with Capture::malloc_async, which makes an alloc node",
-            ));
+                instead: "allocate with Capture::malloc_async, which makes an alloc node",
+            });
         }
         stream.device().bind()?;
         let mut ptr = 0;

@@ -55,7 +55,8 @@ fn exploring() -> bool {
 }
 
 /// An error as short, comparable text: `Driver(cuMemAllocAsync, CUDA_ERROR_OUT_OF_MEMORY)`,
-/// `InvalidArgument(Device::get)`, `Lifetime(FreedByTwoGraphs)`, `UnfreedOnRelaunch`.
+/// `InvalidArgument(Device::get)`, `Lifetime(FreedByTwoGraphs)`, `UnfreedOnRelaunch`,
+/// `NotLive(ExecGraph::launch)`.
 fn key(err: &Error) -> String {
     match err {
         Error::Driver(DriverError { call, code, .. }) => format!("Driver({call}, {})", name(*code)),
@@ -69,6 +70,12 @@ fn key(err: &Error) -> String {
             format!("Lifetime({})", rules.join(", "))
         }
         Error::UnfreedOnRelaunch { .. } => "UnfreedOnRelaunch".into(),
+        Error::NotLive { call, .. } => format!("NotLive({call})"),
+        Error::StillLive { call, .. } => format!("StillLive({call})"),
+        Error::AlreadyInstantiated { call } => format!("AlreadyInstantiated({call})"),
+        Error::Capturing { call, .. } => format!("Capturing({call})"),
+        Error::NotInCapture { call } => format!("NotInCapture({call})"),
+        Error::InHostFunction { call } => format!("InHostFunction({call})"),
         other => format!("{other:?}"),
     }
 }
@@ -130,6 +137,24 @@ fn assert_invalid(err: &Error, call: &str) -> String {
         other => {
             panic!("expected {call} to be refused as an invalid argument, got {other:?} ({other})")
         }
+    }
+}
+
+/// Asserts an [`Error::NotLive`] from `call` naming `allocation`.
+#[track_caller]
+fn assert_not_live(err: &Error, call: &str, allocation: &cuda_graph::GraphAllocation) {
+    match err {
+        Error::NotLive {
+            call: c,
+            allocation: a,
+        } => {
+            assert_eq!(*c, call, "{err}");
+            assert_eq!(a.id, allocation.id(), "{err}: another allocation");
+            assert_eq!(err.code(), None, "our own checks carry no CUDA code");
+        }
+        other => panic!(
+            "expected {call} to refuse an allocation that is not live, got {other:?} ({other})"
+        ),
     }
 }
 
@@ -349,7 +374,9 @@ fn relaunch_with_unfreed_allocations_without_auto_free_is_refused() {
     println!("CASE relaunch with unfreed allocation: {err}");
     match &err {
         Error::UnfreedOnRelaunch { allocations } => {
-            assert_eq!(allocations, &["allocation 'x'".to_string()])
+            assert_eq!(allocations, &[buf.describe()]);
+            assert_eq!(allocations[0].id, buf.id());
+            assert_eq!(allocations[0].label.as_deref(), Some("x"));
         }
         other => panic!("expected UnfreedOnRelaunch, got {other:?}"),
     }
@@ -511,8 +538,7 @@ fn free_node_for_an_address_no_graph_allocated() {
     let exec = freer.instantiate(InstantiateFlags::NONE).unwrap();
     let err = exec.launch(&stream).unwrap_err();
     println!("CASE launch of a free of an allocation that is not live: {err}");
-    let reason = assert_invalid(&err, "ExecGraph::launch");
-    assert!(reason.contains("not live"), "{reason}");
+    assert_not_live(&err, "ExecGraph::launch", &x);
     drop((exec, freer, owner, x));
 
     assert_device_works(&g, &stream, "free_of_unallocated");
@@ -782,16 +808,28 @@ fn second_instantiation_while_one_exists() {
 
     let err = graph.instantiate(InstantiateFlags::NONE).unwrap_err();
     println!("CASE second instantiation: {err}");
-    assert_invalid(&err, "Graph::instantiate");
+    assert_eq!(
+        key(&err),
+        "AlreadyInstantiated(Graph::instantiate)",
+        "{err}"
+    );
     // SAFETY: the graph obeys the lifetime rules; the refusal tested is the one-instantiation
     // rule, which the unchecked path keeps.
     let err =
         unsafe { graph.instantiate_unchecked(InstantiateFlags::AUTO_FREE_ON_LAUNCH) }.unwrap_err();
-    assert_invalid(&err, "Graph::instantiate");
+    assert_eq!(
+        key(&err),
+        "AlreadyInstantiated(Graph::instantiate)",
+        "{err}"
+    );
     let err = graph
         .instantiate_and_upload(InstantiateFlags::NONE, &stream)
         .unwrap_err();
-    assert_invalid(&err, "Graph::instantiate");
+    assert_eq!(
+        key(&err),
+        "AlreadyInstantiated(Graph::instantiate)",
+        "{err}"
+    );
 
     let mut raw = null_mut();
     // SAFETY: `raw` is a valid out-pointer; the graph is live.
@@ -1094,8 +1132,15 @@ fn beginning_a_capture_twice_is_refused_and_the_first_capture_still_writes_its_o
         if run == 0 {
             println!("CASE second begin of capture: {err}");
         }
-        let reason = assert_invalid(&err, "cuStreamBeginCapture");
-        assert!(reason.contains("already capturing"), "run {run}: {reason}");
+        assert_eq!(
+            key(&err),
+            "Capturing(cuStreamBeginCapture)",
+            "run {run}: {err}"
+        );
+        assert!(
+            err.to_string().contains("already capturing"),
+            "run {run}: {err}"
+        );
         assert_eq!(
             cap.status().unwrap(),
             CaptureStatus::Active,
@@ -1568,7 +1613,7 @@ fn misuses_our_layer_refuses_before_the_driver() {
 
     let err = x.free_async(&stream).unwrap_err();
     println!("CASE free_async before any launch: {err}");
-    assert!(assert_invalid(&err, "GraphAllocation::free_async").contains("not live"));
+    assert_not_live(&err, "GraphAllocation::free_async", &x);
 
     let mut consumer = Graph::new(device).unwrap();
     // SAFETY: copy_u32 of SMALL values from `x` (live after the producer's launch) into `out2`.
@@ -1586,7 +1631,7 @@ fn misuses_our_layer_refuses_before_the_driver() {
     let consumer_exec = consumer.instantiate(InstantiateFlags::NONE).unwrap();
     let err = consumer_exec.launch(&stream).unwrap_err();
     println!("CASE consumer launched before its producer: {err}");
-    assert!(assert_invalid(&err, "ExecGraph::launch").contains("not live"));
+    assert_not_live(&err, "ExecGraph::launch", &x);
 
     producer_exec.launch(&stream).unwrap();
     consumer_exec.launch(&stream).unwrap();
@@ -1598,15 +1643,15 @@ fn misuses_our_layer_refuses_before_the_driver() {
     })
     .unwrap_err();
     println!("CASE free_async on a capturing stream: {err}");
-    assert!(assert_invalid(&err, "GraphAllocation::free_async").contains("capture"));
+    assert_eq!(key(&err), "Capturing(GraphAllocation::free_async)", "{err}");
     assert_eq!(stream2.capture_status().unwrap(), CaptureStatus::None);
     assert!(x.is_live(), "the refused free changed nothing");
 
     x.free_async(&stream).unwrap();
     let err = x.free_async(&stream).unwrap_err();
-    assert!(assert_invalid(&err, "GraphAllocation::free_async").contains("not live"));
+    assert_not_live(&err, "GraphAllocation::free_async", &x);
     let err = consumer_exec.launch(&stream).unwrap_err();
-    assert_invalid(&err, "ExecGraph::launch");
+    assert_not_live(&err, "ExecGraph::launch", &x);
 
     let mut a = Graph::new(device).unwrap();
     let node_of_a = a.add_empty_node(&[]).unwrap();
