@@ -379,16 +379,18 @@ impl GraphAllocation {
 
     /// Stream work that uses it is about to be queued on `stream` (outside a capture): refuses
     /// an allocation that is not live, and orders the stream after the launch that allocated
-    /// it. Call [`LiveState::used_on`] after queuing the work, under the same lock.
+    /// it (errors name `call`). Call [`LiveState::used_on`] after queuing the work, under the
+    /// same lock.
     pub(crate) fn before_stream_use(
         &self,
+        call: &'static str,
         state: &LiveState,
         stream: &impl AsStream,
         id: u64,
     ) -> Result<()> {
         if !state.live {
             return Err(Error::NotLive {
-                call: "cuLaunchKernel",
+                call,
                 allocation: self.describe(),
             });
         }

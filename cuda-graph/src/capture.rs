@@ -14,10 +14,12 @@ use crate::graph::{Graph, MemOp, NodeKind, NodeParts, next_graph_id, read_graph}
 use crate::inline_list::Few;
 use crate::int_hash::IdMap;
 use crate::keep::KeepList;
+use crate::memory::{DeviceAddress, MemsetValue};
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pool::MemPool;
 use crate::stream::{AsStream, CaptureStatus, Stream, capture_id};
 use crate::sys;
+use crate::transfer::{check_memcpy, check_memset};
 
 /// How a capture reacts to capture-unsafe calls on other threads (`CUstreamCaptureMode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -373,6 +375,92 @@ impl<'s, S: AsStream> Capture<'s, S> {
         Ok(())
     }
 
+    /// `cuMemsetD8Async`, `cuMemsetD16Async` or `cuMemsetD32Async` (by `T`) of the first `count`
+    /// elements of `target`, on the capturing stream: becomes a memset node of the captured
+    /// graph, which keeps `target` alive; writing a graph allocation is a use the lifetime checks
+    /// see.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Capture::memset_async`, before the driver, when `count`
+    /// is 0 or the elements do not fit `target`; [`Device::bind`]'s errors; [`Error::Driver`]
+    /// naming the memset call or `cuStreamGetCaptureInfo`.
+    pub fn memset_async<T: MemsetValue>(
+        &self,
+        target: &impl DeviceAddress,
+        value: T,
+        count: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Capture::memset_async";
+        check_memset(CALL, target, count, std::mem::size_of::<T>())?;
+        let operands = KernelArgs::new().ptr(target);
+        self.captured_use(NodeKind::Memset, &operands, || {
+            // SAFETY: `count` elements fit `target` (checked); the stream captures, so the
+            // memset becomes a node of the graph, which keeps `target` alive.
+            unsafe {
+                T::memset_async(
+                    target.device_ptr(),
+                    value,
+                    count,
+                    self.stream.as_raw_stream(),
+                )
+            }
+        })
+    }
+
+    /// `cuMemcpyAsync` of `bytes` from `src` to `dst`, both device memory, on the capturing
+    /// stream: becomes a memcpy node of the captured graph, which keeps both alive; reading or
+    /// writing a graph allocation is a use the lifetime checks see.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Capture::memcpy_async`, before the driver, when `bytes`
+    /// is 0, does not fit `dst` or `src`, or the ranges overlap; [`Device::bind`]'s errors;
+    /// [`Error::Driver`] naming `cuMemcpyAsync` or `cuStreamGetCaptureInfo`.
+    pub fn memcpy_async(
+        &self,
+        dst: &impl DeviceAddress,
+        src: &impl DeviceAddress,
+        bytes: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Capture::memcpy_async";
+        check_memcpy(CALL, dst, src, bytes)?;
+        let operands = KernelArgs::new().ptr(dst).ptr(src);
+        self.captured_use(NodeKind::Memcpy, &operands, || {
+            // SAFETY: `bytes` fit both ranges, which do not overlap (checked); the stream
+            // captures, so the copy becomes a node of the graph, which keeps both alive.
+            driver!(unsafe {
+                sys::cuMemcpyAsync(
+                    dst.device_ptr(),
+                    src.device_ptr(),
+                    bytes,
+                    self.stream.as_raw_stream(),
+                )
+            })
+        })
+    }
+
+    /// Runs `op`, captured on the capturing stream as a node of `kind` whose device memory
+    /// operands are `operands`: keeps them alive with the graph and records their uses of graph
+    /// allocations on the node.
+    fn captured_use(
+        &self,
+        kind: NodeKind,
+        operands: &KernelArgs,
+        op: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        self.device().bind()?;
+        op()?;
+        self.keep.extend(operands.keeps());
+        if let Some(node) = last_captured_node(self.stream)? {
+            let uses = operands.graph_allocations().cloned().collect();
+            self.captured
+                .borrow_mut()
+                .push((node, Captured::Use(kind, uses)));
+        }
+        Ok(())
+    }
+
     /// Forks `other` from the capturing stream: records an event here and makes `other` wait on
     /// it, so `other` joins the capture (G.3.2). Join it back with [`join`](Capture::join).
     ///
@@ -526,6 +614,8 @@ pub(crate) enum Captured {
     Free(GraphAllocation),
     /// `launch` or `launch_on`: the kernel's name and the allocations among its arguments.
     Kernel(Arc<str>, Few<GraphAllocation>),
+    /// `memset_async` or `memcpy_async`: the node's kind and the allocations among its operands.
+    Use(NodeKind, Few<GraphAllocation>),
 }
 
 /// The record of a node this capture reported.
@@ -546,5 +636,6 @@ fn known_node(
             (NodeKind::MemFree, Few::new(), Few::One(MemOp::Free(a)))
         }
         Captured::Kernel(name, uses) => (NodeKind::Kernel(name), uses, Few::new()),
+        Captured::Use(kind, uses) => (kind, uses, Few::new()),
     }
 }

@@ -590,7 +590,7 @@ impl Graph {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn add_memset_node_2d<T: MemsetValue>(
+    pub fn add_memset_node_2d<T: crate::memory::MemsetValue>(
         &mut self,
         deps: &[Node],
         target: &impl DeviceAddress,
@@ -1206,34 +1206,3 @@ type NodeLists = (
     Vec<sys::CUgraphNode>,
     Vec<sys::CUgraphNode>,
 );
-
-/// A value a memset node writes: 1, 2 or 4 bytes (CUDA's element sizes). Sealed.
-pub trait MemsetValue: memset_value::Sealed + Copy {
-    /// The value as CUDA's 32-bit `value` field holds it (zero-extended).
-    fn bits(self) -> u32;
-}
-
-mod memset_value {
-    pub trait Sealed {}
-    impl Sealed for u8 {}
-    impl Sealed for u16 {}
-    impl Sealed for u32 {}
-}
-
-impl MemsetValue for u8 {
-    fn bits(self) -> u32 {
-        u32::from(self)
-    }
-}
-
-impl MemsetValue for u16 {
-    fn bits(self) -> u32 {
-        u32::from(self)
-    }
-}
-
-impl MemsetValue for u32 {
-    fn bits(self) -> u32 {
-        self
-    }
-}

@@ -290,3 +290,84 @@ impl<S: AsStream> DeviceAddress for StreamAllocation<'_, S> {
         self.memory().bytes
     }
 }
+
+/// A value a memset writes: 1, 2 or 4 bytes (CUDA's element sizes): `u8`, `u16`, `u32`. Sealed.
+pub trait MemsetValue: memset_value::Sealed + Copy {
+    /// The value as CUDA's 32-bit `value` field holds it (zero-extended).
+    fn bits(self) -> u32;
+}
+
+mod memset_value {
+    use crate::error::{Result, driver};
+    use crate::sys;
+
+    pub trait Sealed: Sized {
+        /// `cuMemsetD8Async`, `cuMemsetD16Async` or `cuMemsetD32Async` of `count` elements at
+        /// `dst` on `stream`.
+        ///
+        /// # Safety
+        ///
+        /// `count` elements of this size fit the memory at `dst`, which outlives the operation;
+        /// `stream` is live.
+        unsafe fn memset_async(
+            dst: sys::CUdeviceptr,
+            value: Self,
+            count: usize,
+            stream: sys::CUstream,
+        ) -> Result<()>;
+    }
+
+    impl Sealed for u8 {
+        unsafe fn memset_async(
+            dst: sys::CUdeviceptr,
+            value: u8,
+            count: usize,
+            stream: sys::CUstream,
+        ) -> Result<()> {
+            // SAFETY: the caller's contract.
+            driver!(unsafe { sys::cuMemsetD8Async(dst, value, count, stream) })
+        }
+    }
+
+    impl Sealed for u16 {
+        unsafe fn memset_async(
+            dst: sys::CUdeviceptr,
+            value: u16,
+            count: usize,
+            stream: sys::CUstream,
+        ) -> Result<()> {
+            // SAFETY: the caller's contract.
+            driver!(unsafe { sys::cuMemsetD16Async(dst, value, count, stream) })
+        }
+    }
+
+    impl Sealed for u32 {
+        unsafe fn memset_async(
+            dst: sys::CUdeviceptr,
+            value: u32,
+            count: usize,
+            stream: sys::CUstream,
+        ) -> Result<()> {
+            // SAFETY: the caller's contract.
+            driver!(unsafe { sys::cuMemsetD32Async(dst, value, count, stream) })
+        }
+    }
+}
+
+impl MemsetValue for u8 {
+    fn bits(self) -> u32 {
+        u32::from(self)
+    }
+}
+
+impl MemsetValue for u16 {
+    fn bits(self) -> u32 {
+        u32::from(self)
+    }
+}
+
+impl MemsetValue for u32 {
+    fn bits(self) -> u32 {
+        self
+    }
+}

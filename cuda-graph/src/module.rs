@@ -196,8 +196,8 @@ impl Function {
     ///
     /// [`Device::bind`]'s errors; with nothing launched, [`Error::Capturing`] naming
     /// `Function::launch` when the stream captures and `args` name graph allocations (launch
-    /// through [`Capture::launch`](crate::Capture::launch)), or [`Error::NotLive`] naming
-    /// `cuLaunchKernel` when a graph allocation among `args` is not live; [`Error::Driver`] naming
+    /// through [`Capture::launch`](crate::Capture::launch)), or [`Error::NotLive`] naming it when
+    /// a graph allocation among `args` is not live; [`Error::Driver`] naming
     /// `cuStreamGetCaptureInfo`, `cuStreamIsCapturing`, `cuStreamGetId`, `cuStreamWaitEvent`
     /// (ordering the launch after the allocating launch) or `cuLaunchKernel`. After the launch,
     /// [`Error::Driver`] naming `cuStreamIsCapturing`, `cuStreamGetId`, `cuEventCreate` or
@@ -218,58 +218,15 @@ impl Function {
         config: LaunchConfig,
         args: &KernelArgs,
     ) -> Result<()> {
-        self.device().bind()?;
-        let has_allocations = args.graph_allocations().next().is_some();
-        // No capture of this crate begins between the capture checks below and the launch.
-        let _gate = (has_allocations || deferred::any_capture()).then(deferred::hold_gate);
-        if deferred::any_capture() {
-            // A launch captured into a capture of this crate, made without its guard: the
-            // captured graph keeps the module and the arguments' memory all the same.
-            if let Some(id) = crate::stream::capture_id(stream.as_raw_stream())? {
-                if has_allocations {
-                    return Err(refused_in_capture());
-                }
-                if let Some(keep) = deferred::capture_keep(id) {
-                    keep.push(self.keep());
-                    keep.extend(args.keeps());
-                }
-                // SAFETY: the caller upholds the launch contract; the launch becomes a node.
-                return unsafe { self.launch_raw(stream, config, args) };
-            }
-        }
-        if !has_allocations {
-            // SAFETY: the caller upholds the launch contract.
-            unsafe { self.launch_raw(stream, config, args) }?;
-            return args.note_stream_uses(stream);
-        }
-        if stream.capture_status()? != CaptureStatus::None {
-            return Err(refused_in_capture());
-        }
-        // Graph allocations: checked, ordered and recorded under their locks (in id order),
-        // so that no free slips between the check and the launch.
-        let id = stream.stream_id()?;
-        let mut allocations: Vec<&GraphAllocation> = args.graph_allocations().collect();
-        allocations.sort_by_key(|a| a.id());
-        allocations.dedup_by_key(|a| a.id());
-        let mut states: Vec<_> = allocations.iter().map(|a| a.lock()).collect();
-        for (a, state) in allocations.iter().zip(&states) {
-            a.before_stream_use(state, stream, id)?;
-        }
-        // SAFETY: the caller upholds the launch contract; the allocations are live and the
-        // stream is ordered after the launches that allocated them.
-        unsafe { self.launch_raw(stream, config, args) }?;
-        let mut recorded = Ok(());
-        for (a, state) in allocations.iter().zip(&mut states) {
-            recorded = recorded.and_then(|()| state.used_on(a.device(), stream, id));
-        }
-        if recorded.is_err() {
-            // The launch is queued but not every use is recorded: wait for it, so that no
-            // free can overtake it, then report the error.
-            let _ = stream.synchronize();
-        }
-        drop(states);
-        recorded?;
-        args.note_stream_uses(stream)
+        stream_ordered(
+            "Function::launch",
+            stream,
+            args,
+            Some(self.keep()),
+            // SAFETY: the caller upholds the launch contract; `stream_ordered` calls this once
+            // the allocations among `args` are live and ordered before it on `stream`.
+            || unsafe { self.launch_raw(stream, config, args) },
+        )
     }
 
     /// `cuLaunchKernel` with `args`.
@@ -313,12 +270,80 @@ impl Handle for Function {
     }
 }
 
+/// Runs `op`, work on `stream` whose device memory operands are `operands` (their addresses
+/// recorded with [`KernelArgs::ptr`]) and which needs `keep` alive too (a kernel's module), the
+/// way every stream-ordered operation of the crate on memory runs:
+///
+/// - on a stream that captures into a capture of this crate, `op` becomes a node of the captured
+///   graph, which keeps `keep` and the operands alive; refused ([`Error::Capturing`] naming
+///   `call`) when an operand is a graph allocation, whose use the capture's record would miss
+///   (the [`Capture`](crate::Capture) methods record it);
+/// - otherwise, with graph allocations among the operands, after checking that each is live
+///   ([`Error::NotLive`]) and ordering the stream after the launch that allocated it, under the
+///   allocations' locks (in id order) so that no free slips between the check and `op`; each
+///   use is then recorded for later frees to wait for (when that fails, the stream is
+///   synchronized before the error is returned);
+/// - uses of stream allocations are recorded for their frees to wait for.
+pub(crate) fn stream_ordered(
+    call: &'static str,
+    stream: &impl AsStream,
+    operands: &KernelArgs,
+    keep: Option<Keep>,
+    op: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    stream.device().bind()?;
+    let has_allocations = operands.graph_allocations().next().is_some();
+    // No capture of this crate begins between the capture checks below and the operation.
+    let _gate = (has_allocations || deferred::any_capture()).then(deferred::hold_gate);
+    if deferred::any_capture() {
+        // Work captured into a capture of this crate, made without its guard: the captured
+        // graph keeps what it refers to all the same.
+        if let Some(id) = crate::stream::capture_id(stream.as_raw_stream())? {
+            if has_allocations {
+                return Err(refused_in_capture(call));
+            }
+            if let Some(captured) = deferred::capture_keep(id) {
+                captured.extend(keep.into_iter().chain(operands.keeps()));
+            }
+            return op();
+        }
+    }
+    if !has_allocations {
+        op()?;
+        return operands.note_stream_uses(stream);
+    }
+    if stream.capture_status()? != CaptureStatus::None {
+        return Err(refused_in_capture(call));
+    }
+    let id = stream.stream_id()?;
+    let mut allocations: Vec<&GraphAllocation> = operands.graph_allocations().collect();
+    allocations.sort_by_key(|a| a.id());
+    allocations.dedup_by_key(|a| a.id());
+    let mut states: Vec<_> = allocations.iter().map(|a| a.lock()).collect();
+    for (a, state) in allocations.iter().zip(&states) {
+        a.before_stream_use(call, state, stream, id)?;
+    }
+    op()?;
+    let mut recorded = Ok(());
+    for (a, state) in allocations.iter().zip(&mut states) {
+        recorded = recorded.and_then(|()| state.used_on(a.device(), stream, id));
+    }
+    if recorded.is_err() {
+        // The operation is queued but not every use is recorded: wait for it, so that no free
+        // can overtake it, then report the error.
+        let _ = stream.synchronize();
+    }
+    drop(states);
+    recorded?;
+    operands.note_stream_uses(stream)
+}
+
 /// A launch with graph allocations on a capturing stream, made without its [`Capture`]
 /// guard: the captured graph's record would miss the uses.
-fn refused_in_capture() -> Error {
+fn refused_in_capture(call: &'static str) -> Error {
     Error::Capturing {
-        call: "Function::launch",
-        instead: "the arguments name graph allocations: launch through Capture::launch or Capture::launch_on, which record the uses",
+        call,
+        instead: "the operands include graph allocations: go through the Capture guard (Capture::launch, launch_on, memset_async, memcpy_async), which records their uses",
     }
 }
 

@@ -842,6 +842,49 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     return OK;
 }
 
+/* Stream-ordered memsets and copies: a use of their memory when they run, or a node when the
+   stream captures. */
+static CUresult stream_use(CUstream s, CUdeviceptr a, CUdeviceptr b, int np, CUgraphNodeType type,
+                           const char *call)
+{
+    MAYBE_FAIL();
+    need_context(call);
+    struct op op = {.type = OP_USE, .np = np, .p = {a, b}};
+    lock_big(__func__);
+    int ok = check_stream(s, call);
+    int c = capturing(s);
+    if (ok && c) {
+        push_op(capture_desc, op);
+        push_node(capture_desc, type, 0, 0);
+    }
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!c)
+        enqueue(W_KERNEL, NULL, &op, call);
+    return OK;
+}
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
+{
+    (void)v; (void)n;
+    return stream_use(s, d, 0, 1, CU_GRAPH_NODE_TYPE_MEMSET, "cuMemsetD8Async");
+}
+CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
+{
+    (void)v; (void)n;
+    return stream_use(s, d, 0, 1, CU_GRAPH_NODE_TYPE_MEMSET, "cuMemsetD16Async");
+}
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+    (void)v; (void)n;
+    return stream_use(s, d, 0, 1, CU_GRAPH_NODE_TYPE_MEMSET, "cuMemsetD32Async");
+}
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s)
+{
+    (void)n;
+    return stream_use(s, d, src, 2, CU_GRAPH_NODE_TYPE_MEMCPY, "cuMemcpyAsync");
+}
+
 /* ---------------------------------------------------------------- memory */
 CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes)
 {

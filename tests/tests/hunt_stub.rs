@@ -1051,3 +1051,118 @@ fn memset_regions_are_checked_before_the_driver() {
     };
     assert!(ok, "{out}");
 }
+
+/// Stream-ordered memsets and copies (`StreamMemOps`) and their captured forms
+/// (`Capture::memset_async`, `Capture::memcpy_async`), against the checking stub: on device
+/// buffers and a live graph allocation they run with the allocation ordered and kept (the stub
+/// reports no use of freed memory); a graph allocation that is not live is refused by name, with
+/// nothing queued; overlapping and oversized copies and empty or oversized memsets are refused
+/// before the driver; captured, they become memset and memcpy nodes that record their uses of a
+/// graph allocation, and the captured graph passes the lifetime check; on a stream that
+/// captures without the guard, a graph allocation operand is refused.
+fn transfers_body() {
+    use cuda_graph::{Error, NodeKind, StreamMemOps};
+    let d = Device::get(0).unwrap();
+    let s = Stream::new(&d).unwrap();
+    let a = DeviceBuffer::<u32>::zeroed(&d, WORDS as usize).unwrap();
+    let b = DeviceBuffer::<u32>::zeroed(&d, WORDS as usize).unwrap();
+    s.memset_async(&a, 7u32, WORDS as usize).unwrap();
+    s.memset_async(&a, 1u8, BYTES).unwrap();
+    s.memset_async(&a, 2u16, BYTES / 2).unwrap();
+    s.memcpy_async(&b, &a, BYTES).unwrap();
+
+    // A graph allocation: refused before its launch, used after it, refused after its free.
+    let mut g = Graph::new(&d).unwrap();
+    let (_, x) = g
+        .add_mem_alloc_node(&[], &AllocParams::new(&d, BYTES))
+        .unwrap();
+    let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
+    let refused = s.memcpy_async(&b, &x, BYTES);
+    assert!(
+        matches!(&refused, Err(Error::NotLive { call, allocation }) if *call == "StreamMemOps::memcpy_async" && allocation.id == x.id()),
+        "{refused:?}"
+    );
+    exec.launch(&s).unwrap();
+    s.memset_async(&x, 3u32, WORDS as usize).unwrap();
+    s.memcpy_async(&b, &x, BYTES).unwrap();
+    x.free_async(&s).unwrap();
+    let refused = s.memset_async(&x, 0u8, 1);
+    assert!(
+        matches!(&refused, Err(Error::NotLive { .. })),
+        "{refused:?}"
+    );
+
+    // Checked before the driver.
+    for (what, result) in [
+        ("empty memset", s.memset_async(&a, 0u32, 0)),
+        (
+            "memset past the end",
+            s.memset_async(&a, 0u16, BYTES / 2 + 1),
+        ),
+        (
+            "memset count overflows",
+            s.memset_async(&a, 0u32, usize::MAX / 2),
+        ),
+        ("empty copy", s.memcpy_async(&b, &a, 0)),
+        ("copy past the end", s.memcpy_async(&b, &a, BYTES + 1)),
+        ("copy onto itself", s.memcpy_async(&a, &a, 4)),
+    ] {
+        assert!(
+            matches!(&result, Err(Error::InvalidArgument { .. })),
+            "{what}: {result:?}"
+        );
+    }
+
+    // Captured: nodes with their uses; the graph passes the check.
+    let c = Stream::new(&d).unwrap();
+    let (graph, y) = capture(&c, CaptureMode::Global, |cap| {
+        let y = cap.malloc_async(BYTES)?;
+        cap.memset_async(&y, 9u32, WORDS as usize)?;
+        cap.memcpy_async(&b, &y, BYTES)?;
+        assert!(
+            matches!(c.memset_async(&y, 0u32, 1), Err(Error::Capturing { .. })),
+            "a graph allocation through StreamMemOps on a capturing stream"
+        );
+        c.memset_async(&a, 5u32, 1)?; // no graph allocation: captured, kept by the graph
+        cap.free_async(&y)?;
+        Ok(y)
+    })
+    .unwrap();
+    let kinds: Vec<&NodeKind> = graph.nodes().iter().map(|n| &n.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            &NodeKind::MemAlloc,
+            &NodeKind::Memset,
+            &NodeKind::Memcpy,
+            &NodeKind::Memset,
+            &NodeKind::MemFree
+        ],
+        "{kinds:?}"
+    );
+    for i in [1, 2] {
+        assert!(
+            graph.nodes()[i].uses.iter().any(|u| u.same(&y)),
+            "node {i} records its use of the allocation"
+        );
+    }
+    graph.check().unwrap();
+    let captured = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    captured.launch(&s).unwrap();
+    s.synchronize().unwrap();
+    drop((captured, graph, exec, g, x, y, a, b));
+    flush_deferred();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn memsets_and_copies_on_streams_and_in_captures() {
+    let Some((ok, out)) = isolated(
+        "memsets_and_copies_on_streams_and_in_captures",
+        &[],
+        transfers_body,
+    ) else {
+        return;
+    };
+    assert!(ok, "{out}");
+}

@@ -310,3 +310,93 @@ fn launch_of_a_free_graph_needs_a_live_allocation() {
     );
     stream.synchronize().unwrap();
 }
+
+/// Stream-ordered memsets and copies on device buffers and a graph allocation
+/// (`StreamMemOps`), and their captured forms: a graph allocates `x` and fills it (iota from 4)
+/// behind a spin on stream 1; a copy of `x` queued on stream 2 right after the launch reads the
+/// iota (the crate orders stream 2 after the launch that allocated `x`); a memset of `x` to 9 on
+/// stream 2, a copy back and 1- and 2-byte memsets of a buffer read back exactly. Captured:
+/// `Capture::memset_async` and `memcpy_async` on a graph allocation make a graph whose launch
+/// writes the buffer.
+#[test]
+#[ignore = "needs a GPU"]
+fn memsets_and_copies_on_streams_and_in_captures() {
+    use cuda_graph::{CaptureMode, StreamFlags, StreamMemOps, capture};
+    let Some(g) = gpu("memsets_and_copies_on_streams_and_in_captures") else {
+        return;
+    };
+    let device = &g.device;
+    let s1 = Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0).unwrap();
+    let s2 = Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0).unwrap();
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    let (alloc, x) = graph
+        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES))
+        .unwrap();
+    // SAFETY: spin_then_fill_u32(u32*, u64, u32, u64) with n = 0 writes nothing and spins;
+    // iota_u32(u32*, u64, u32) over the N values of `x`, after its alloc node.
+    unsafe {
+        let spin = graph
+            .add_kernel_node(
+                &[alloc],
+                &g.k.spin_then_fill,
+                config(1),
+                &KernelArgs::new()
+                    .value(0u64)
+                    .value(0u64)
+                    .value(0u32)
+                    .value(20_000_000u64),
+            )
+            .unwrap();
+        graph
+            .add_kernel_node(
+                &[spin],
+                &g.k.iota,
+                config(N),
+                &KernelArgs::new().ptr(&x).value(N).value(4u32),
+            )
+            .unwrap();
+    }
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(&s1).unwrap();
+    s2.memcpy_async(&out, &x, BYTES).unwrap();
+    s2.synchronize().unwrap();
+    assert_iota(
+        &out.to_vec().unwrap(),
+        4,
+        "a copy ordered after the allocating launch",
+    );
+    s2.memset_async(&x, 9u32, N as usize).unwrap();
+    s2.memcpy_async(&out, &x, BYTES).unwrap();
+    x.free_async(&s2).unwrap();
+    s2.synchronize().unwrap();
+    assert_all(
+        &out.to_vec().unwrap(),
+        9,
+        "memset of the allocation, copied back",
+    );
+
+    let bytes = DeviceBuffer::<u8>::zeroed(device, 64).unwrap();
+    s1.memset_async(&bytes, 0xABu8, 64).unwrap();
+    s1.memset_async(&bytes, 0x0102u16, 8).unwrap();
+    s1.synchronize().unwrap();
+    let got = bytes.to_vec().unwrap();
+    let want: Vec<u8> = (0..64)
+        .map(|i| if i < 16 { [2, 1][i % 2] } else { 0xAB })
+        .collect();
+    assert_eq!(got, want, "1- and 2-byte memsets");
+
+    let (captured, _y) = capture(&s1, CaptureMode::Global, |cap| {
+        let y = cap.malloc_async(BYTES)?;
+        cap.memset_async(&y, 11u32, N as usize)?;
+        cap.memcpy_async(&out, &y, BYTES)?;
+        cap.free_async(&y)?;
+        Ok(y)
+    })
+    .unwrap();
+    captured.check().unwrap();
+    let exec = captured.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(&s1).unwrap();
+    s1.synchronize().unwrap();
+    assert_all(&out.to_vec().unwrap(), 11, "the captured memset and copy");
+}
