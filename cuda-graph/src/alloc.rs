@@ -343,18 +343,23 @@ impl GraphAllocation {
     /// stream is then synchronized before the error is returned, and the allocation counts as
     /// freed.
     pub fn free_async(&self, stream: &impl AsStream) -> Result<()> {
+        self.free_on("GraphAllocation::free_async", stream)
+    }
+
+    /// `free_async` on `stream`, its errors naming `call`.
+    fn free_on(&self, call: &'static str, stream: &impl AsStream) -> Result<()> {
         // No capture of this crate begins between the check below and the free.
         let _gate = deferred::hold_gate();
         if stream.capture_status()? != CaptureStatus::None {
             return Err(Error::Capturing {
-                call: "GraphAllocation::free_async",
+                call,
                 instead: "use Capture::free_async, so that the captured graph records the free",
             });
         }
         let mut state = self.state();
         if !state.live {
             return Err(Error::NotLive {
-                call: "GraphAllocation::free_async",
+                call,
                 allocation: self.describe(),
             });
         }
@@ -375,6 +380,47 @@ impl GraphAllocation {
             }
         }
         Ok(())
+    }
+
+    /// Frees it now, as `cudaFree` does for a graph allocation (G.3.3): on the device's private
+    /// stream, after the launch that allocated it and every use the crate knows of, and returns
+    /// once the memory is freed (the private stream is synchronized). It must be live.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::*;
+    /// # fn main() -> Result<()> {
+    /// let device = Device::get(0)?;
+    /// let mut graph = Graph::new(&device)?;
+    /// let (_, a) = graph.add_mem_alloc_node(&[], &AllocParams::new(&device, 1 << 20))?;
+    /// let exec = graph.instantiate(InstantiateFlags::NONE)?;
+    /// exec.launch(&Stream::new(&device)?)?;
+    /// a.free()?; // waits for the launch, then frees
+    /// assert!(!a.is_live());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Capturing`] naming `GraphAllocation::free`, with nothing freed, while a capture
+    /// of this crate forbids the synchronize on this thread (a `Global` capture on any thread, a
+    /// `ThreadLocal` one on this thread); [`Error::NotLive`] naming it when the allocation is not
+    /// live; [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamCreate` (the private
+    /// stream, made once), `cuStreamWaitEvent`, `cuMemFreeAsync` or `cuStreamSynchronize`.
+    pub fn free(&self) -> Result<()> {
+        const CALL: &str = "GraphAllocation::free";
+        if !deferred::release_allowed() {
+            return Err(Error::Capturing {
+                call: CALL,
+                instead: "a capture of this crate forbids the synchronize here; free with free_async, or after the capture ends",
+            });
+        }
+        let device = &self.inner.device;
+        let raw = device.reaper_stream()?;
+        // SAFETY: the device's private stream lives as long as the device, which `self` holds.
+        let reaper = unsafe { crate::stream::BorrowedStream::from_raw(raw, device) };
+        self.free_on(CALL, &reaper)?;
+        reaper.synchronize()
     }
 
     /// Stream work that uses it is about to be queued on `stream` (outside a capture): refuses

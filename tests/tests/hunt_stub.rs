@@ -1054,8 +1054,9 @@ fn memset_regions_are_checked_before_the_driver() {
 
 /// Stream-ordered memsets and copies (`StreamMemOps`) and their captured forms
 /// (`Capture::memset_async`, `Capture::memcpy_async`), against the checking stub: on device
-/// buffers and a live graph allocation they run with the allocation ordered and kept (the stub
-/// reports no use of freed memory); a graph allocation that is not live is refused by name, with
+/// buffers and a live graph allocation they reach the driver with the memory live (the stub,
+/// which runs work in the order it was queued, reports no use of freed memory; cross-stream
+/// order is the GPU test's, `safe_outside`); a graph allocation that is not live is refused by name, with
 /// nothing queued; overlapping and oversized copies and empty or oversized memsets are refused
 /// before the driver; captured, they become memset and memcpy nodes that record their uses of a
 /// graph allocation, and the captured graph passes the lifetime check; on a stream that
@@ -1161,6 +1162,60 @@ fn memsets_and_copies_on_streams_and_in_captures() {
         "memsets_and_copies_on_streams_and_in_captures",
         &[],
         transfers_body,
+    ) else {
+        return;
+    };
+    assert!(ok, "{out}");
+}
+
+/// `GraphAllocation::free` against the checking stub, which runs all work in the order it was
+/// queued (so it checks what the crate hands the driver, not cross-stream order: the GPU test
+/// `soundness::sync_free_waits_for_a_queued_consumer` does that): after a launch that allocates
+/// and a memset queued on another stream that uses the allocation, `free` frees it once (the
+/// stub reports no misuse) and it is no longer live; a second `free` is refused by name; during
+/// a `Global` capture of this crate `free` is refused by name and frees nothing.
+fn sync_free_body() {
+    use cuda_graph::{Error, StreamMemOps};
+    let d = Device::get(0).unwrap();
+    let (s1, s2) = (Stream::new(&d).unwrap(), Stream::new(&d).unwrap());
+    let mut g = Graph::new(&d).unwrap();
+    let (_, x) = g
+        .add_mem_alloc_node(&[], &AllocParams::new(&d, BYTES))
+        .unwrap();
+    let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(&s1).unwrap();
+    s2.memset_async(&x, 1u32, WORDS as usize).unwrap();
+
+    let c = Stream::new(&d).unwrap();
+    let refused = capture(&c, CaptureMode::Global, |_| Ok(x.free()))
+        .unwrap()
+        .1;
+    assert!(
+        matches!(&refused, Err(Error::Capturing { call, .. }) if *call == "GraphAllocation::free"),
+        "{refused:?}"
+    );
+    assert!(x.is_live(), "the refused free freed nothing");
+
+    x.free().unwrap();
+    assert!(!x.is_live());
+    let again = x.free();
+    assert!(
+        matches!(&again, Err(Error::NotLive { call, .. }) if *call == "GraphAllocation::free"),
+        "{again:?}"
+    );
+    s1.synchronize().unwrap();
+    s2.synchronize().unwrap();
+    drop((exec, g, x));
+    flush_deferred();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn sync_free_waits_for_every_use() {
+    let Some((ok, out)) = isolated(
+        "sync_free_waits_for_every_use",
+        &[("HUNT_DELAY_US", "2000")],
+        sync_free_body,
     ) else {
         return;
     };

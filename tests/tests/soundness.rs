@@ -997,6 +997,62 @@ fn free_async_waits_for_a_queued_consumer_on_another_stream() {
     s1.synchronize().unwrap();
 }
 
+/// `GraphAllocation::free` (synchronous, as `cudaFree` on a graph allocation, G.3.3) waits for
+/// the uses the library knows of: a consumer graph that reads the allocation is queued on
+/// stream 2 behind a 50 ms spin when `free` runs; then another producer graph of the same size
+/// fills `0xEEEEEEEE` on stream 1 (the probe, which would get the freed physical memory) and
+/// graph memory is trimmed. The consumer must read the producer's data. Control: the same with
+/// the consumer's stream synchronized before the free.
+#[test]
+#[ignore = "needs a GPU"]
+fn sync_free_waits_for_a_queued_consumer() {
+    let Some(gpu) = safe_common::gpu("sync_free_waits_for_a_queued_consumer") else {
+        return;
+    };
+    const PROBE: u32 = 0xEEEE_EEEE;
+    let device = &gpu.device;
+    let s1 = stream(device);
+    let s2 = stream(device);
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let zeros = vec![0u32; N as usize];
+    let (producer_graph, a) = producer(&gpu, Write::Iota(7));
+    let p = producer_graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let consumer_graph = consumer(&gpu, &a, &out);
+    let c = consumer_graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let (probe_graph, probe_allocation) = producer(&gpu, Write::Fill(PROBE));
+    let probe_exec = probe_graph.instantiate(InstantiateFlags::NONE).unwrap();
+
+    // Control: the consumer is done before the free.
+    p.launch(&s1).unwrap();
+    s1.synchronize().unwrap();
+    spin(&gpu.k.spin_then_fill, &s2, SPIN_50_MS);
+    c.launch(&s2).unwrap();
+    s2.synchronize().unwrap();
+    a.free().unwrap();
+    assert_iota(&out.to_vec().unwrap(), 7, "control: the consumer's copy");
+    out.copy_from(&zeros).unwrap();
+
+    // Suspect: the consumer still queued when `free` runs.
+    p.launch(&s1).unwrap();
+    s1.synchronize().unwrap();
+    spin(&gpu.k.spin_then_fill, &s2, SPIN_50_MS);
+    c.launch(&s2).unwrap();
+    a.free().unwrap();
+    assert!(!a.is_live());
+    probe_exec.launch(&s1).unwrap();
+    s1.synchronize().unwrap();
+    device.graph_mem_trim().unwrap();
+    let consumer_done = s2.synchronize();
+    consumer_done.expect("the consumer read freed graph memory (trimmed: illegal address)");
+    assert_iota(
+        &out.to_vec().unwrap(),
+        7,
+        "a consumer queued on stream 2 when free ran (0xeeeeeeee: the probe's data)",
+    );
+    probe_allocation.free_async(&s1).unwrap();
+    s1.synchronize().unwrap();
+}
+
 /// Uses on the per-thread default stream are tracked per thread: two threads each launch a
 /// kernel that uses a graph allocation on their own per-thread stream, the first one a late
 /// writer (100 ms spin, then it writes every word). Then every handle of the allocation is
