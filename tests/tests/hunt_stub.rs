@@ -1056,8 +1056,8 @@ fn memset_regions_are_checked_before_the_driver() {
 /// (`Capture::memset_async`, `Capture::memcpy_async`), against the checking stub: on device
 /// buffers and a live graph allocation they reach the driver with the memory live (the stub,
 /// which runs work in the order it was queued, reports no use of freed memory; cross-stream
-/// order is the GPU test's, `safe_outside`); a graph allocation that is not live is refused by name, with
-/// nothing queued; overlapping and oversized copies and empty or oversized memsets are refused
+/// order is the GPU test's, `safe_outside`); a graph allocation that is not live is refused by
+/// name, with nothing queued; overlapping and oversized copies and empty or oversized memsets are refused
 /// before the driver; captured, they become memset and memcpy nodes that record their uses of a
 /// graph allocation, and the captured graph passes the lifetime check; on a stream that
 /// captures without the guard, a graph allocation operand is refused.
