@@ -114,11 +114,7 @@ fn flags(mode: Mode) -> InstantiateFlags {
 
 /// The shape as the safe API's launch configuration.
 pub fn launch_config(shape: Shape) -> LaunchConfig {
-    LaunchConfig {
-        grid: (shape.grid, 1, 1),
-        block: (shape.block, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig::new((shape.grid, 1, 1), (shape.block, 1, 1))
 }
 
 impl Workloads for SafePath {

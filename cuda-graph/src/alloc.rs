@@ -34,6 +34,7 @@ use crate::uses::{StreamUses, wait};
 
 /// Access a peer device gets to an allocation (`CUmemAccess_flags`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Access {
     /// `CU_MEM_ACCESS_FLAGS_PROT_READ`.
     Read,

@@ -23,6 +23,7 @@ use crate::transfer::{check_memcpy, check_memset};
 
 /// How a capture reacts to capture-unsafe calls on other threads (`CUstreamCaptureMode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CaptureMode {
     /// `CU_STREAM_CAPTURE_MODE_GLOBAL`: unsafe calls from any thread are errors.
     Global,

@@ -202,6 +202,7 @@ impl From<DriverError> for Error {
 
 /// A driver call that failed: which call, CUDA's code, its name and text.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DriverError {
     /// The driver function (`"cuGraphInstantiateWithFlags"`).
     pub call: &'static str,

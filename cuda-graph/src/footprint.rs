@@ -9,6 +9,7 @@ use crate::sys;
 
 /// The four graph-memory attributes of a device (`cuDeviceGetGraphMemAttribute`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct GraphMemInfo {
     /// `CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`: memory mapped by at least one graph now.
     pub used_current: Bytes,

@@ -46,6 +46,7 @@ impl Node {
 
 /// What a node does to graph allocations.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum MemOp {
     /// Allocates it (an alloc node, or a moved child graph that contains one).
     Alloc(GraphAllocation),

@@ -41,6 +41,7 @@ impl Drop for Tracked {
 
 /// How many objects of each kind this crate holds right now, process-wide.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LiveObjects {
     /// Retained primary contexts (one per live [`Device`](crate::Device) family).
     pub contexts: isize,

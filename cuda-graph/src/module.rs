@@ -347,8 +347,10 @@ fn refused_in_capture(call: &'static str) -> Error {
     }
 }
 
-/// Grid and block shape of a launch.
+/// Grid and block shape of a launch. Made with [`new`](LaunchConfig::new) or
+/// [`for_elements`](LaunchConfig::for_elements) (it may gain fields: launch attributes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LaunchConfig {
     /// Blocks in x, y, z.
     pub grid: (u32, u32, u32),
@@ -359,6 +361,25 @@ pub struct LaunchConfig {
 }
 
 impl LaunchConfig {
+    /// `grid` blocks of `block` threads (x, y, z), no dynamic shared memory.
+    #[must_use]
+    pub fn new(grid: (u32, u32, u32), block: (u32, u32, u32)) -> LaunchConfig {
+        LaunchConfig {
+            grid,
+            block,
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// The same, with `bytes` of dynamic shared memory per block.
+    #[must_use]
+    pub fn with_shared_mem_bytes(self, bytes: u32) -> LaunchConfig {
+        LaunchConfig {
+            shared_mem_bytes: bytes,
+            ..self
+        }
+    }
+
     /// One-dimensional: enough blocks of `block` threads to cover `elements`, at most 65,535
     /// blocks (the kernels of this project use grid-stride loops).
     #[must_use]

@@ -93,6 +93,7 @@ impl Event {
 
 /// A stream's capture state (`CUstreamCaptureStatus`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CaptureStatus {
     /// Not capturing.
     None,

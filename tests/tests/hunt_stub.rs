@@ -140,11 +140,7 @@ struct K {
 }
 
 fn cfg() -> LaunchConfig {
-    LaunchConfig {
-        grid: (4, 1, 1),
-        block: (64, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig::new((4, 1, 1), (64, 1, 1))
 }
 
 fn spin(k: &K, s: &impl AsStream) {

@@ -98,10 +98,7 @@ fn spin_then_fill(
         .value(N as u64)
         .value(value)
         .value(SPINS);
-    let few = LaunchConfig {
-        grid: (4, 1, 1),
-        ..config()
-    };
+    let few = LaunchConfig::new((4, 1, 1), config().block);
     // SAFETY: spin_then_fill_u32(unsigned* p, unsigned long long n, unsigned v,
     // unsigned long long spins); `target` holds N words.
     unsafe { g.add_kernel_node(deps, &k.spin_then_fill, few, &args) }.expect("kernel node")

@@ -350,9 +350,5 @@ fn raii_free_waits_for_stream_work_still_using_the_allocation() {
 /// Four blocks of 256 threads: the slow kernel writes every word (grid-stride loop) while all
 /// its threads spin at once.
 fn few_blocks() -> LaunchConfig {
-    LaunchConfig {
-        grid: (4, 1, 1),
-        block: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig::new((4, 1, 1), (256, 1, 1))
 }

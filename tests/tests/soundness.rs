@@ -67,11 +67,7 @@ fn stream(device: &Device) -> Stream {
 /// Four blocks of 256 threads: enough for a late writer to write every word (the kernels use
 /// grid-stride loops) while all its threads spin at once.
 fn few_blocks() -> LaunchConfig {
-    LaunchConfig {
-        grid: (4, 1, 1),
-        block: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig::new((4, 1, 1), (256, 1, 1))
 }
 
 /// Queues `fill_u32` over the first `N` words of `target` on `stream`.

@@ -88,11 +88,7 @@ const CONSUMER_SPIN: u64 = 4_000_000;
 
 /// The launch shape of the data kernels: 16 blocks of 256 threads (grid-stride loops).
 fn data_config() -> LaunchConfig {
-    LaunchConfig {
-        grid: (16, 1, 1),
-        block: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig::new((16, 1, 1), (256, 1, 1))
 }
 
 /// The first value producer `v` of thread `t` writes; each launch writes one more.

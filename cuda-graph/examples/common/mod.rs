@@ -162,11 +162,7 @@ pub fn config(n: u64) -> LaunchConfig {
 /// grid-stride loop that ends with one atomic add a thread into a single counter, so fewer
 /// threads mean fewer contended atomics.
 pub fn sum_config() -> LaunchConfig {
-    LaunchConfig {
-        grid: (1024, 1, 1),
-        block: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig::new((1024, 1, 1), (256, 1, 1))
 }
 
 /// Checks every element of `got` against `expected(i)`; the error names the first wrong element

@@ -45,11 +45,7 @@ pub const SPIN_100_MS: u64 = 200_000_000;
 
 /// One block of one thread: the shape of a spin kernel.
 pub fn one_thread() -> LaunchConfig {
-    LaunchConfig {
-        grid: (1, 1, 1),
-        block: (1, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig::new((1, 1, 1), (1, 1, 1))
 }
 
 /// The arguments of `spin_then_fill_u32(p, n, v, cycles)` for a kernel that spins `cycles`
