@@ -18,7 +18,9 @@ for v in "${versions[@]}"; do
   export CARGO_PROFILE_DEV_DEBUG=0
   cargo nextest archive --workspace --all-targets --target-dir "$target" \
     --archive-file "gpu-suite/suite-$v.tar.zst"
-  cargo build --workspace --examples --target-dir "$target"
+  # Every example needs cuda-graph's example-kernels feature (the workspace has it on through the
+  # tests and bench crates; named here so that no example is left out if that changes).
+  cargo build --workspace --examples --features cuda-graph/example-kernels --target-dir "$target"
   rm -rf "gpu-suite/examples-$v" && mkdir -p "gpu-suite/examples-$v"
   find "$target/debug/examples" -maxdepth 1 -type f -executable ! -name '*-*' \
     -exec cp {} "gpu-suite/examples-$v/" \;

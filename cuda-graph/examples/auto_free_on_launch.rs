@@ -11,7 +11,7 @@
 //! `my_stream`. The consumers sum what they read, and the sums are checked against the number of
 //! times each consumer ran.
 //!
-//! Run with `cargo run --example auto_free_on_launch`.
+//! Run with `cargo run --example auto_free_on_launch --features example-kernels`.
 
 mod common;
 

@@ -5,7 +5,7 @@
 //! free, so the captured free node depends on A, B and C. The graph's record is printed, checked
 //! by the lifetime rules, and the graph is launched and its output verified.
 //!
-//! Run with `cargo run --example capture_fork_join`.
+//! Run with `cargo run --example capture_fork_join --features example-kernels`.
 
 mod common;
 

@@ -13,7 +13,8 @@
 //!   driver alone), and `graph.instantiate()` (both), and the ratio.
 //!
 //! Without a GPU it prints the model figures and one line saying the comparison needs a GPU, and
-//! exits 0. Run: `cargo run --release --example check_cost -p cuda-graph`.
+//! exits 0. Run: `cargo run --release -p cuda-graph --example check_cost --features
+//! example-kernels`.
 
 use std::hint::black_box;
 use std::process::ExitCode;

@@ -16,7 +16,7 @@
 //! without depending on the alloc node, is added: instantiation refuses the graph with an error
 //! that names `e`, before CUDA ever sees it.
 //!
-//! Run with `cargo run --example explicit_graph`.
+//! Run with `cargo run --example explicit_graph --features example-kernels`.
 
 mod common;
 

@@ -11,7 +11,7 @@
 //! freeing it; dropping everything and trimming down to nothing; resetting the high-water marks.
 //! The footprint after each step is printed as a table in MiB.
 //!
-//! Run with `cargo run --example footprint`.
+//! Run with `cargo run --example footprint --features example-kernels`.
 
 mod common;
 

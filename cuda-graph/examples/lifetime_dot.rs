@@ -11,7 +11,7 @@
 //! The files go to the directory given as the first argument (default `target/dot`). When
 //! graphviz's `dot` is on `PATH`, our two DOT files are rendered to SVG next to them.
 //!
-//! Run with `cargo run --example lifetime_dot [DIR]`.
+//! Run with `cargo run --example lifetime_dot --features example-kernels [DIR]`.
 
 mod common;
 

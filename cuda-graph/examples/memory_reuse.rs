@@ -10,7 +10,7 @@
 //! The device's graph-memory footprint is printed after each step. Every kernel's output is
 //! checked (each allocation is filled and summed inside its lifetime).
 //!
-//! Run with `cargo run --example memory_reuse`.
+//! Run with `cargo run --example memory_reuse --features example-kernels`.
 
 mod common;
 

@@ -12,7 +12,7 @@
 //! 3. event nodes: the allocating graph records an event; the freeing graph waits for it and for
 //!    an event recorded after the outside kernel, and its free node depends on both users.
 //!
-//! Run with `cargo run --example outside_access`.
+//! Run with `cargo run --example outside_access --features example-kernels`.
 
 mod common;
 

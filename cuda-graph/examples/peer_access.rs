@@ -12,7 +12,7 @@
 //! Each alloc node's access list is read back from the driver (`cuGraphMemAllocNodeGetParams`)
 //! and checked; every kernel's output is checked.
 //!
-//! Run with `cargo run --example peer_access`.
+//! Run with `cargo run --example peer_access --features example-kernels`.
 
 mod common;
 

@@ -10,7 +10,8 @@
 //! whose allocation escapes and is freed by RAII (after a synchronize, or dropped while the
 //! launch may still run); and an escaping allocation freed by a free node in a second graph.
 //!
-//! Run with `cargo run --release --example stress [-- --cycles N]` (10,000 cycles by default).
+//! Run with `cargo run --release --example stress --features example-kernels [-- --cycles N]`
+//! (10,000 cycles by default).
 //! Passes (exit 0) when graph memory used and reserved are 0 after trim, the live objects are
 //! back to their starting count, and resident memory grew by less than 1 MiB after a warm-up;
 //! exits 1 otherwise, and 2 with one line when there is no GPU.

@@ -2,9 +2,9 @@
 //! compact form, with every result checked, and a report: the device, one ✓ line per step with
 //! what was checked, and the device's graph-memory footprint after each step, in MiB.
 //!
-//! Run with `cargo run --example tour`. Each section has its own, longer example:
-//! `explicit_graph`, `capture_fork_join`, `outside_access`, `auto_free_on_launch`,
-//! `memory_reuse`, `upload`, `footprint`, `peer_access`, `lifetime_dot`.
+//! Run with `cargo run --example tour --features example-kernels`. Each section has its own,
+//! longer example: `explicit_graph`, `capture_fork_join`, `outside_access`,
+//! `auto_free_on_launch`, `memory_reuse`, `upload`, `footprint`, `peer_access`, `lifetime_dot`.
 
 mod common;
 

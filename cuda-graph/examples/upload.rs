@@ -11,7 +11,7 @@
 //! second launch of each are timed with events (and with the host clock), and every launch's sum
 //! is checked.
 //!
-//! Run with `cargo run --release --example upload`.
+//! Run with `cargo run --release --example upload --features example-kernels`.
 
 mod common;
 

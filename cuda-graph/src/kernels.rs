@@ -1,5 +1,10 @@
-//! The project's test kernels (`kernels/graph_kernels.cu`), as PTX that CUDA 12 and 13 drivers
-//! JIT. Examples, tests and benchmarks load them with [`Module::from_ptx`](crate::Module::from_ptx).
+//! The project's example and test kernels (`kernels/graph_kernels.cu`), as PTX that CUDA 12 and
+//! 13 drivers JIT. Examples, tests and benchmarks load them with
+//! [`Module::from_ptx`](crate::Module::from_ptx).
+//!
+//! Only with the `example-kernels` feature (off by default). These kernels exist for the crate's
+//! examples and the workspace's tests; they are not part of the stable API and may change or go
+//! in any release. Your own kernels load the same way, from PTX or a cubin.
 //!
 //! | kernel | parameters | effect |
 //! |---|---|---|

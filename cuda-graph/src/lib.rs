@@ -17,7 +17,16 @@
 //! `c`. Node `e` of the guide, which is not ordered after the alloc node, is refused at
 //! instantiation with an error that names it.
 //!
-//! ```no_run
+//! The kernels of this example and the next are the project's test kernels, which the
+//! `example-kernels` feature exposes as `cuda_graph::kernels::PTX` for the crate's examples and
+//! tests (not part of the stable API); your own load the same way, with [`Module::from_ptx`] or
+//! [`Module::from_cubin`].
+//!
+// Both examples are compiled as doc tests where that feature is on (`cargo test --workspace` turns
+// it on, through the workspace's tests); without it, the doc-test collection (`cfg(doctest)`)
+// sees them as `ignore`. The rendered docs always show `no_run`.
+#![cfg_attr(any(feature = "example-kernels", not(doctest)), doc = "```no_run")]
+#![cfg_attr(all(not(feature = "example-kernels"), doctest), doc = "```ignore")]
 //! use cuda_graph::{AllocParams, AsStream, Device, DeviceBuffer, Graph, InstantiateFlags};
 //! use cuda_graph::{KernelArgs, LaunchConfig, Module, Stream};
 //!
@@ -56,7 +65,8 @@
 //!
 //! # G.3.2: stream capture with fork and join
 //!
-//! ```no_run
+#![cfg_attr(any(feature = "example-kernels", not(doctest)), doc = "```no_run")]
+#![cfg_attr(all(not(feature = "example-kernels"), doctest), doc = "```ignore")]
 //! use cuda_graph::{capture, AsStream, CaptureMode, Device, DeviceBuffer, InstantiateFlags};
 //! use cuda_graph::{KernelArgs, LaunchConfig, Module, Stream};
 //!
@@ -223,6 +233,10 @@ mod handle;
 mod inline_list;
 mod int_hash;
 mod keep;
+// The PTX of the project's example and test kernels (`fill_u32`, `copy_u32`, ...), for the
+// examples, the workspace's tests and the benchmarks: not part of the stable API, so only with
+// the `example-kernels` feature (off by default). Its docs say the same.
+#[cfg(feature = "example-kernels")]
 pub mod kernels;
 mod lifetime_error;
 mod live_objects;

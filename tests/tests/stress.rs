@@ -16,7 +16,7 @@
 //! compute-sanitizer, which `ci/sanitize-runner.sh` announces with `SANITIZER_TOOL`, and whose
 //! own allocations make the resident-memory figure meaningless: there the live-object count is
 //! asserted, the resident memory only printed). The long run is the example
-//! `cargo run --release --example stress` (10,000 cycles).
+//! `cargo run --release --example stress --features example-kernels` (10,000 cycles).
 //!
 //! Skips without a GPU (prints `SKIPPED ...`); fails instead under `CUDA_GRAPH_REQUIRE_GPU=1`.
 

@@ -12,7 +12,7 @@ pub fn success_codes() -> (cuda_graph_sys::CUresult, cuda_driver_sys::cudaError_
 /// The headers' `CUDA_VERSION` that cuda-graph-sys was built from.
 pub const CUDA_VERSION: u32 = cuda_graph_sys::CUDA_VERSION;
 
-/// The safe layer is usable beside cuda-driver-sys too.
-pub fn kernels_ptx() -> &'static str {
-    cuda_graph::kernels::PTX
+/// The safe layer is usable beside cuda-driver-sys too: the headers' version it was built with.
+pub fn safe_layer_headers_version() -> i32 {
+    cuda_graph::HEADERS_VERSION
 }

@@ -10,8 +10,9 @@ fn main() {
         );
         std::process::exit(1);
     }
-    // A use of the safe layer, so that it is built and linked as a dependency.
-    let _ = cuda_graph::kernels::PTX.len();
+    // A use of the safe layer, so that it is built and linked as a dependency (without the
+    // `example-kernels` feature, as a user's crate has it).
+    let _ = cuda_graph::HEADERS_VERSION;
     println!(
         "cuda-graph-dependent: DEP_CUDA_GRAPH_SYS_* {}",
         env!("CUDA_GRAPH_DEPENDENT_METADATA")
