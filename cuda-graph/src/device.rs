@@ -170,6 +170,65 @@ impl Device {
         })
     }
 
+    /// The device whose primary context `context` is: adopts a context handle made elsewhere
+    /// (the CUDA runtime API and crates such as cudarc work in primary contexts), and returns the
+    /// same value as [`Device::get`] of that device's ordinal. The crate works in primary
+    /// contexts only: any other context is refused.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Device::from_raw` when `context` is not the primary
+    /// context of a device (a context made with `cuCtxCreate`); [`Error::Driver`] naming
+    /// `cuCtxGetCurrent`, `cuCtxSetCurrent` or `cuCtxGetDevice` (the context is made current to
+    /// ask for its device, and the previous one made current again), or [`Device::get`]'s.
+    ///
+    /// # Safety
+    ///
+    /// `context` is a live context handle (not destroyed, and not a primary context released
+    /// by everyone who retained it).
+    pub unsafe fn from_raw(context: sys::CUcontext) -> Result<Device> {
+        const CALL: &str = "Device::from_raw";
+        init()?;
+        let mut previous = std::ptr::null_mut();
+        // SAFETY: `previous` is a valid out-pointer.
+        driver!(unsafe { sys::cuCtxGetCurrent(&mut previous) })?;
+        // SAFETY: the caller vouches that `context` is live.
+        driver!(unsafe { sys::cuCtxSetCurrent(context) })?;
+        let mut handle = 0;
+        // SAFETY: `handle` is a valid out-pointer; `context` is current.
+        let asked = driver!(unsafe { sys::cuCtxGetDevice(&mut handle) });
+        // SAFETY: `previous` was current on this thread a moment ago (or null: none).
+        let restored = driver!(unsafe { sys::cuCtxSetCurrent(previous) });
+        asked?;
+        restored?;
+        let mut ordinal = None;
+        for i in 0..device_count()? {
+            let mut candidate = 0;
+            // SAFETY: `candidate` is a valid out-pointer; `i` is below the device count.
+            driver!(unsafe { sys::cuDeviceGet(&mut candidate, i as i32) })?;
+            if candidate == handle {
+                ordinal = Some(i);
+                break;
+            }
+        }
+        let Some(ordinal) = ordinal else {
+            return Err(Error::invalid(
+                CALL,
+                format!("the context's device {handle} is none of the devices"),
+            ));
+        };
+        let device = Device::get(ordinal)?;
+        if device.inner.context != context {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "the context is not device {ordinal}'s primary context; the crate works in primary contexts only"
+                ),
+            ));
+        }
+        Ok(device)
+    }
+
     /// The device's ordinal.
     #[must_use]
     pub fn ordinal(&self) -> usize {

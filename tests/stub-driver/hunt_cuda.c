@@ -514,6 +514,15 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice d)
 static __thread CUcontext current;
 CUresult cuCtxGetCurrent(CUcontext *c) { *c = current; return OK; }
 CUresult cuCtxSetCurrent(CUcontext c) { current = c; return OK; }
+/* The primary context is device 0's; any other non-null handle is "a context made elsewhere",
+   also of device 0. */
+CUresult cuCtxGetDevice(CUdevice *d)
+{
+    if (!current)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *d = 0;
+    return OK;
+}
 static int need_context(const char *call)
 {
     if (!on_gpu_thread)

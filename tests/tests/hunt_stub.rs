@@ -1217,3 +1217,42 @@ fn sync_free_waits_for_every_use() {
     };
     assert!(ok, "{out}");
 }
+
+/// `Device::from_raw` against the checking stub: the primary context's handle gives back the
+/// same device as `Device::get(0)`, and the thread's current context is as it was; another
+/// context of the device is refused by name; the stub reports no misuse.
+fn from_raw_body() {
+    use cuda_graph::Error;
+    let d = Device::get(0).unwrap();
+    let primary = d.context_raw();
+    // SAFETY: the primary context is retained by `d`.
+    let adopted = unsafe { Device::from_raw(primary) }.unwrap();
+    assert!(adopted.same(&d));
+    assert_eq!(adopted.as_raw(), d.as_raw());
+    let mut current = std::ptr::null_mut();
+    // SAFETY: `current` is a valid out-pointer.
+    let code = unsafe { cuda_graph::sys::cuCtxGetCurrent(&mut current) };
+    assert_eq!(code, cuda_graph::sys::CUresult::CUDA_SUCCESS);
+    assert!(current.is_null(), "from_raw left a context current");
+    // A handle the stub takes for a context made with cuCtxCreate.
+    let other = 0x77 as cuda_graph::sys::CUcontext;
+    // SAFETY: the stub answers for any handle; no driver state is touched.
+    let refused = unsafe { Device::from_raw(other) };
+    assert!(
+        matches!(&refused, Err(Error::InvalidArgument { call, .. }) if *call == "Device::from_raw"),
+        "{refused:?}"
+    );
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn device_from_raw_adopts_the_primary_context_only() {
+    let Some((ok, out)) = isolated(
+        "device_from_raw_adopts_the_primary_context_only",
+        &[],
+        from_raw_body,
+    ) else {
+        return;
+    };
+    assert!(ok, "{out}");
+}
