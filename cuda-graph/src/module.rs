@@ -220,6 +220,7 @@ impl Function {
     ) -> Result<()> {
         stream_ordered(
             "Function::launch",
+            self.device(),
             stream,
             args,
             Some(self.keep()),
@@ -271,7 +272,8 @@ impl Handle for Function {
 }
 
 /// Runs `op`, work on `stream` whose device memory operands are `operands` (their addresses
-/// recorded with [`KernelArgs::ptr`]) and which needs `keep` alive too (a kernel's module), the
+/// recorded with [`KernelArgs::ptr`]) and which needs `keep` alive too (a kernel's module), with
+/// `device`'s context current (a kernel's: the driver refuses a stream of another context), the
 /// way every stream-ordered operation of the crate on memory runs:
 ///
 /// - on a stream that captures into a capture of this crate, `op` becomes a node of the captured
@@ -286,12 +288,13 @@ impl Handle for Function {
 /// - uses of stream allocations are recorded for their frees to wait for.
 pub(crate) fn stream_ordered(
     call: &'static str,
+    device: &Device,
     stream: &impl AsStream,
     operands: &KernelArgs,
     keep: Option<Keep>,
     op: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    stream.device().bind()?;
+    device.bind()?;
     let has_allocations = operands.graph_allocations().next().is_some();
     // No capture of this crate begins between the capture checks below and the operation.
     let _gate = (has_allocations || deferred::any_capture()).then(deferred::hold_gate);

@@ -110,7 +110,7 @@ pub trait StreamMemOps: AsStream + Sized {
         const CALL: &str = "StreamMemOps::memset_async";
         check_memset(CALL, target, count, std::mem::size_of::<T>())?;
         let operands = KernelArgs::new().ptr(target);
-        stream_ordered(CALL, self, &operands, None, || {
+        stream_ordered(CALL, self.device(), self, &operands, None, || {
             // SAFETY: `count` elements fit `target` (checked); `stream_ordered` keeps `target`
             // alive and ordered for the operation; the stream is live.
             unsafe { T::memset_async(target.device_ptr(), value, count, self.as_raw_stream()) }
@@ -136,7 +136,7 @@ pub trait StreamMemOps: AsStream + Sized {
         const CALL: &str = "StreamMemOps::memcpy_async";
         check_memcpy(CALL, dst, src, bytes)?;
         let operands = KernelArgs::new().ptr(dst).ptr(src);
-        stream_ordered(CALL, self, &operands, None, || {
+        stream_ordered(CALL, self.device(), self, &operands, None, || {
             // SAFETY: `bytes` fit both ranges, which do not overlap (checked); `stream_ordered`
             // keeps both alive and ordered for the operation; the stream is live.
             driver!(unsafe {
