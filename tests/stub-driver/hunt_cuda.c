@@ -15,6 +15,19 @@
  *    arguments by the known kernels' layouts), so valgrind/ASan check the crate's buffers;
  *  - the current context is per thread, as in the driver.
  * One stream captures at a time (plus the streams forked into it); captured work forms a chain.
+ *
+ * For tests of races and error paths (tests/attack_new.rs), each thread can arm one-shot hooks:
+ * hunt_stall(call, ms) makes its next call of `call` sleep on entry (a thread preempted just
+ * before the driver takes its locks), hunt_fail_next(call) makes its next call of `call` fail
+ * with CUDA_ERROR_OUT_OF_MEMORY. Opt-in checks, off unless their variable is 1:
+ *  - HUNT_ORDER: stream order as a GPU would see it. Work carries its stream; events carry a
+ *    vector clock; a stream-ordered free (cuMemFreeAsync) of memory that queued work not yet
+ *    run on another stream uses, without the freeing stream being ordered after that work
+ *    through events, is reported (the stub itself would still run them in queue order);
+ *  - HUNT_GLOBAL_CAPTURE: a synchronizing call (cuStreamSynchronize, cuCtxSynchronize,
+ *    cuEventSynchronize, cuMemFree) while a CU_STREAM_CAPTURE_MODE_GLOBAL capture is active is
+ *    reported and refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+ *  - HUNT_DELAY_FIXED: every work item sleeps exactly HUNT_DELAY_US, not a random part of it.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -68,7 +81,37 @@ static int fail(void)
         __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
     return r;
 }
-#define MAYBE_FAIL() do { if (fail()) return CUDA_ERROR_OUT_OF_MEMORY; } while (0)
+/* One-shot hooks of the calling thread (see the top of the file). `call` is a static string. */
+static __thread const char *stall_call;
+static __thread int stall_ms;
+static __thread const char *fail_call;
+void hunt_stall(const char *call, int ms)
+{
+    stall_call = call;
+    stall_ms = ms;
+}
+void hunt_fail_next(const char *call) { fail_call = call; }
+/* Runs the hooks armed for `call`; returns whether the call is to fail. */
+static int hooked(const char *call)
+{
+    if (stall_call && !strcmp(call, stall_call)) {
+        int ms = stall_ms;
+        stall_call = NULL;
+        usleep((useconds_t)ms * 1000);
+    }
+    if (fail_call && !strcmp(call, fail_call)) {
+        fail_call = NULL;
+        __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
+        return 1;
+    }
+    return 0;
+}
+static int env_flag(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v == '1';
+}
+#define MAYBE_FAIL() do { if (hooked(__func__) || fail()) return CUDA_ERROR_OUT_OF_MEMORY; } while (0)
 
 /* ---------------------------------------------------------------- process exit */
 /* HUNT_TEARDOWN=1: at exit (this library's ELF destructor, run by exit() after the atexit
@@ -285,7 +328,7 @@ static void free_desc(struct gdesc *g)
 
 /* ---------------------------------------------------------------- the GPU thread */
 enum work { W_NOP, W_KERNEL, W_EXEC, W_FREE, W_RELEASE, W_DESTROY_OBJ };
-struct item { struct item *next; int work; void *a; struct op op; const char *what; };
+struct item { struct item *next; int work; void *a; struct op op; const char *what; uintptr_t stream; unsigned long long seq; };
 static pthread_mutex_t wq = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wq_signal = PTHREAD_COND_INITIALIZER, wq_done = PTHREAD_COND_INITIALIZER;
 static struct item *head, *tail;
@@ -294,6 +337,90 @@ static pthread_t gpu_thread;
 static int gpu_started;
 static unsigned rng = 12345;
 static int delay_us = -1;
+static int delay_fixed;
+static struct item *running; /* the item the GPU thread runs now (off the list) */
+
+/* HUNT_ORDER: streams by key (a handle; the per-thread stream as a key of its thread; the
+ * legacy stream as 1), each with a vector clock over the streams: clock[i][j] is the last item of
+ * stream j that stream i is ordered after. Under `wq`. */
+#define ORDER_STREAMS 64
+static int order_on = -1;
+static uintptr_t order_keys[ORDER_STREAMS];
+static unsigned long long order_clock[ORDER_STREAMS][ORDER_STREAMS];
+static int order_n;
+static int order_enabled(void)
+{
+    if (order_on < 0)
+        order_on = env_flag("HUNT_ORDER");
+    return order_on;
+}
+static int order_index(uintptr_t key)
+{
+    for (int i = 0; i < order_n; i++)
+        if (order_keys[i] == key)
+            return i;
+    if (order_n == ORDER_STREAMS) {
+        fprintf(stderr, "HUNT: HUNT_ORDER tracks at most %d streams\n", ORDER_STREAMS);
+        abort();
+    }
+    order_keys[order_n] = key;
+    return order_n++;
+}
+static __thread unsigned long long per_thread_id;
+static unsigned long long per_thread_ids = 1ull << 40;
+static unsigned long long this_threads_stream_id(void)
+{
+    if (!per_thread_id)
+        per_thread_id = __atomic_add_fetch(&per_thread_ids, 1, __ATOMIC_SEQ_CST);
+    return per_thread_id;
+}
+static uintptr_t stream_key(CUstream s)
+{
+    if (s == CU_STREAM_PER_THREAD)
+        return ((uintptr_t)1 << 62) | (uintptr_t)this_threads_stream_id();
+    if (s == NULL || s == CU_STREAM_LEGACY)
+        return 1;
+    return (uintptr_t)s;
+}
+/* Whether `it` touches the 1 MiB block of `p`. */
+static int item_uses(const struct item *it, CUdeviceptr p)
+{
+    CUdeviceptr base = p & ~(CUdeviceptr)((1 << 20) - 1);
+#define SAME(x) ((x) && (((CUdeviceptr)(x)) & ~(CUdeviceptr)((1 << 20) - 1)) == base)
+    if (it->work == W_KERNEL) {
+        for (int i = 0; i < it->op.np; i++)
+            if (SAME(it->op.p[i]))
+                return 1;
+    } else if (it->work == W_EXEC) {
+        const struct gdesc *x = it->a;
+        for (size_t k = 0; k < x->n; k++) {
+            const struct op *op = &x->ops[k];
+            if ((op->type == OP_ALLOC || op->type == OP_FREE) && SAME(op->a))
+                return 1;
+            for (int i = 0; (op->type == OP_KERNEL || op->type == OP_USE) && i < op->np; i++)
+                if (SAME(op->p[i]))
+                    return 1;
+        }
+    } else if (it->work == W_FREE && SAME(it->op.a))
+        return 1;
+#undef SAME
+    return 0;
+}
+/* HUNT_ORDER, at a stream-ordered free of `p` on stream `key`: every queued item that uses `p`
+ * on another stream must be ordered before the free. Under `wq`. */
+static void order_check_free(uintptr_t key, CUdeviceptr p, const char *call)
+{
+    int s = order_index(key);
+    for (struct item *it = running ? running : head; it; it = it == running ? head : it->next) {
+        if (!it->stream || it->stream == key || !item_uses(it, p))
+            continue;
+        int t = order_index(it->stream);
+        if (order_clock[s][t] < it->seq)
+            bad("%s: free of %#llx on stream %#lx is not ordered after work queued on stream %#lx that "
+                "uses it (%s, not run yet)",
+                call, (unsigned long long)p, (unsigned long)key, (unsigned long)it->stream, it->what);
+    }
+}
 
 static void release_objs(struct gdesc *g);
 static void run_item(struct item *it);
@@ -311,21 +438,26 @@ static void *gpu_main(void *arg)
         if (!head)
             tail = NULL;
         rng = rng * 1103515245u + 12345u;
-        unsigned sleep_us = delay_us > 0 ? (rng >> 8) % (unsigned)delay_us : 0;
+        unsigned sleep_us = delay_us > 0 ? delay_fixed ? (unsigned)delay_us : (rng >> 8) % (unsigned)delay_us : 0;
+        running = it;
         pthread_mutex_unlock(&wq);
         if (sleep_us)
             usleep(sleep_us);
         run_item(it);
-        free(it);
         pthread_mutex_lock(&wq);
+        running = NULL;
+        free(it);
         done++;
         pthread_cond_broadcast(&wq_done);
         pthread_mutex_unlock(&wq);
     }
     return NULL;
 }
-/* Queues work; returns its sequence number. Not under `big`. */
-static unsigned long long enqueue(int work, void *a, const struct op *op, const char *what)
+/* Queues work on stream `stream` (its key, 0: none); returns its sequence number. With
+ * HUNT_ORDER and a `snapshot`, copies the stream's clock there after the item (an event
+ * recorded by it). Not under `big`. */
+static unsigned long long enqueue_on(uintptr_t stream, int work, void *a, const struct op *op, const char *what,
+                                     unsigned long long *snapshot)
 {
     struct item *it = calloc(1, sizeof *it);
     it->work = work;
@@ -337,6 +469,7 @@ static unsigned long long enqueue(int work, void *a, const struct op *op, const 
     if (!gpu_started) {
         const char *d = getenv("HUNT_DELAY_US");
         delay_us = d ? atoi(d) : 100;
+        delay_fixed = env_flag("HUNT_DELAY_FIXED");
         pthread_create(&gpu_thread, NULL, gpu_main, NULL);
         pthread_detach(gpu_thread);
         gpu_started = 1;
@@ -347,9 +480,21 @@ static unsigned long long enqueue(int work, void *a, const struct op *op, const 
         head = it;
     tail = it;
     unsigned long long seq = ++issued;
+    it->seq = seq;
+    if (order_enabled() && stream) {
+        it->stream = stream;
+        int i = order_index(stream);
+        order_clock[i][i] = seq;
+        if (snapshot)
+            memcpy(snapshot, order_clock[i], sizeof order_clock[i]);
+    }
     pthread_cond_signal(&wq_signal);
     pthread_mutex_unlock(&wq);
     return seq;
+}
+static unsigned long long enqueue(int work, void *a, const struct op *op, const char *what)
+{
+    return enqueue_on(0, work, a, op, what, NULL);
 }
 static void wait_for(unsigned long long seq)
 {
@@ -537,7 +682,6 @@ static int need_context(const char *call)
         bad("%s: the primary context is released", call);
     return 1;
 }
-CUresult cuCtxSynchronize(void) { need_context("cuCtxSynchronize"); wait_all(); return OK; }
 CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) { (void)d; *bytes = (size_t)140 << 30; return OK; }
 CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) { (void)a; (void)d; *v = 1; return OK; }
 CUresult cuDeviceGetName(char *name, int len, CUdevice d)
@@ -562,6 +706,30 @@ static unsigned long long capture_id_counter;
 static unsigned long long capture_id_now;
 static CUevent capture_events[64];
 static int ncapture_events;
+/* HUNT_GLOBAL_CAPTURE: a synchronizing call while a Global-mode capture is active (the driver
+ * refuses it, and invalidates the capture). */
+static int global_capture_forbids(const char *call)
+{
+    static int on = -1;
+    if (on < 0)
+        on = env_flag("HUNT_GLOBAL_CAPTURE");
+    if (!on)
+        return 0;
+    lock_big(__func__);
+    int active = capture_stream && capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    pthread_mutex_unlock(&big);
+    if (active)
+        bad("%s: a synchronizing call while a CU_STREAM_CAPTURE_MODE_GLOBAL capture is active", call);
+    return active;
+}
+CUresult cuCtxSynchronize(void)
+{
+    need_context("cuCtxSynchronize");
+    if (global_capture_forbids("cuCtxSynchronize"))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    wait_all();
+    return OK;
+}
 /* Under `big`. */
 static int capturing(CUstream s)
 {
@@ -615,6 +783,8 @@ CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
 }
 CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
 {
+    if (hooked(__func__))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     lock_big(__func__);
     check_stream(s, "cuStreamIsCapturing");
     *status = capturing(s) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
@@ -684,13 +854,11 @@ CUresult cuStreamSynchronize(CUstream s)
     pthread_mutex_unlock(&big);
     if (!ok)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (c)
+    if (c || global_capture_forbids("cuStreamSynchronize"))
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     wait_all();
     return OK;
 }
-static __thread unsigned long long per_thread_id;
-static unsigned long long per_thread_ids = 1ull << 40;
 CUresult cuStreamGetId(CUstream s, unsigned long long *id)
 {
     MAYBE_FAIL();
@@ -698,9 +866,7 @@ CUresult cuStreamGetId(CUstream s, unsigned long long *id)
     int ok = check_stream(s, "cuStreamGetId");
     pthread_mutex_unlock(&big);
     if (s == CU_STREAM_PER_THREAD) {
-        if (!per_thread_id)
-            per_thread_id = __atomic_add_fetch(&per_thread_ids, 1, __ATOMIC_SEQ_CST);
-        *id = per_thread_id;
+        *id = this_threads_stream_id();
     } else if (special_stream(s))
         *id = 1;
     else
@@ -708,7 +874,9 @@ CUresult cuStreamGetId(CUstream s, unsigned long long *id)
     return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
 }
 
-struct event { unsigned long long seq; int in_capture; };
+/* `clock`: with HUNT_ORDER, the recording stream's clock after the record (NULL: never recorded
+ * outside a capture). */
+struct event { unsigned long long seq; int in_capture; unsigned long long *clock; };
 CUresult cuEventCreate(CUevent *e, unsigned int flags)
 {
     MAYBE_FAIL();
@@ -746,10 +914,16 @@ CUresult cuEventRecord(CUevent ev, CUstream s)
     if (!ok)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!c) {
-        unsigned long long seq = enqueue(W_NOP, NULL, NULL, "record");
+        unsigned long long snapshot[ORDER_STREAMS];
+        unsigned long long seq = enqueue_on(stream_key(s), W_NOP, NULL, NULL, "record", snapshot);
         lock_big(__func__);
         d->seq = seq;
         d->in_capture = 0;
+        if (order_enabled()) {
+            if (!d->clock)
+                d->clock = malloc(sizeof snapshot);
+            memcpy(d->clock, snapshot, sizeof snapshot);
+        }
         pthread_mutex_unlock(&big);
     }
     return OK;
@@ -763,7 +937,19 @@ CUresult cuStreamWaitEvent(CUstream s, CUevent ev, unsigned int flags)
     int ok = check_stream(s, "cuStreamWaitEvent") && e;
     if (ok && ((struct event *)e->desc)->in_capture && capture_stream && !capturing(s) && njoined < 16)
         joined[njoined++] = s; /* a fork: the stream joins the capture */
+    unsigned long long clock[ORDER_STREAMS];
+    int merge = ok && order_enabled() && !capturing(s) && ((struct event *)e->desc)->clock;
+    if (merge)
+        memcpy(clock, ((struct event *)e->desc)->clock, sizeof clock);
     pthread_mutex_unlock(&big);
+    if (merge) {
+        pthread_mutex_lock(&wq);
+        int i = order_index(stream_key(s));
+        for (int j = 0; j < ORDER_STREAMS; j++)
+            if (clock[j] > order_clock[i][j])
+                order_clock[i][j] = clock[j];
+        pthread_mutex_unlock(&wq);
+    }
     return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
 }
 CUresult cuEventQuery(CUevent ev)
@@ -784,6 +970,8 @@ CUresult cuEventSynchronize(CUevent ev)
     pthread_mutex_unlock(&big);
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (global_capture_forbids("cuEventSynchronize"))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     wait_for(seq);
     return OK;
 }
@@ -847,7 +1035,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     if (!ok)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!c)
-        enqueue(W_KERNEL, NULL, &op, "kernel");
+        enqueue_on(stream_key(s), W_KERNEL, NULL, &op, "kernel", NULL);
     return OK;
 }
 
@@ -856,6 +1044,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 static CUresult stream_use(CUstream s, CUdeviceptr a, CUdeviceptr b, int np, CUgraphNodeType type,
                            const char *call)
 {
+    if (hooked(call))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     MAYBE_FAIL();
     need_context(call);
     struct op op = {.type = OP_USE, .np = np, .p = {a, b}};
@@ -870,7 +1060,7 @@ static CUresult stream_use(CUstream s, CUdeviceptr a, CUdeviceptr b, int np, CUg
     if (!ok)
         return CUDA_ERROR_INVALID_HANDLE;
     if (!c)
-        enqueue(W_KERNEL, NULL, &op, call);
+        enqueue_on(stream_key(s), W_KERNEL, NULL, &op, call, NULL);
     return OK;
 }
 CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
@@ -908,6 +1098,8 @@ CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes)
 CUresult cuMemFree(CUdeviceptr p)
 {
     need_context("cuMemFree");
+    if (global_capture_forbids("cuMemFree"))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     wait_all(); /* cuMemFree synchronizes */
     lock_big(__func__);
     free_memory(p, "cuMemFree");
@@ -943,6 +1135,8 @@ CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
 }
 static CUresult alloc_async(CUdeviceptr *p, size_t bytes, CUstream s, const char *call)
 {
+    if (hooked(call))
+        return CUDA_ERROR_OUT_OF_MEMORY;
     MAYBE_FAIL();
     need_context(call);
     lock_big(__func__);
@@ -979,8 +1173,14 @@ CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
     pthread_mutex_unlock(&big);
     if (!ok)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (!c)
-        enqueue(W_FREE, NULL, &(struct op){.a = p}, "cuMemFreeAsync");
+    if (!c) {
+        if (order_enabled()) {
+            pthread_mutex_lock(&wq);
+            order_check_free(stream_key(s), p, "cuMemFreeAsync");
+            pthread_mutex_unlock(&wq);
+        }
+        enqueue_on(stream_key(s), W_FREE, NULL, &(struct op){.a = p}, "cuMemFreeAsync", NULL);
+    }
     return OK;
 }
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
@@ -1253,8 +1453,18 @@ CUresult cuGraphLaunch(CUgraphExec x, CUstream s)
     struct ent *e = live(x, K_EXEC, "cuGraphLaunch");
     int ok = check_stream(s, "cuGraphLaunch") && e;
     int c = capturing(s);
+    if (ok && !c && order_enabled()) {
+        /* Its free nodes, and its alloc nodes (which free the previous launch's allocation
+         * under AutoFreeOnLaunch, or map the address again). */
+        const struct gdesc *xd = e->desc;
+        pthread_mutex_lock(&wq);
+        for (size_t i = 0; i < xd->n; i++)
+            if (xd->ops[i].type == OP_FREE || xd->ops[i].type == OP_ALLOC)
+                order_check_free(stream_key(s), xd->ops[i].a, "cuGraphLaunch (a free or alloc node)");
+        pthread_mutex_unlock(&wq);
+    }
     if (ok && !c)
-        enqueue(W_EXEC, e->desc, NULL, "launch"); /* under `big`: before any destroy of it */
+        enqueue_on(stream_key(s), W_EXEC, e->desc, NULL, "launch", NULL); /* under `big`: before any destroy of it */
     pthread_mutex_unlock(&big);
     if (!ok)
         return CUDA_ERROR_INVALID_HANDLE;
