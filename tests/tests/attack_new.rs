@@ -1,0 +1,663 @@
+//! Attacks on the APIs added last: `GraphAllocation::free`, `Capture::free_async_on`,
+//! `Capture::memset_async`, `Capture::memcpy_async`, `StreamMemOps` and the path every
+//! stream-ordered operation shares (`module::stream_ordered`), `Graph::add_memset_node_2d`,
+//! `Device::from_raw` and the typed state errors; against the checking stub driver
+//! (`stub-driver/hunt_cuda.c`), each test in a child process of its own, as in `hunt_stub.rs`.
+//!
+//! Besides its usual checks, these tests use the stub's one-shot hooks and opt-in checks (its
+//! header says how they work):
+//!
+//! - `hunt_stall(call, ms)`: the calling thread's next call of `call` sleeps on entry, as a thread
+//!   preempted just before the driver takes its locks. Races between a check of the crate and
+//!   the driver call it guards are shown this way, deterministically.
+//! - `hunt_fail_next(call)`: the calling thread's next call of `call` fails, for error paths.
+//! - `HUNT_ORDER=1`: stream order as a GPU sees it. The stub still runs all work in the order
+//!   it was queued, but reports a stream-ordered free (`cuMemFreeAsync`, a graph launch's free
+//!   or alloc node) of memory that work queued on another stream and not yet run uses, unless
+//!   events order the freeing stream after that work. Cross-stream claims that only a GPU test
+//!   could check otherwise are checked here (the "held" tests below run under it).
+//! - `HUNT_GLOBAL_CAPTURE=1`: a synchronizing call while a `Global`-mode capture is active is
+//!   reported and refused, as the crate's own docs assume the driver does.
+//!
+//! Tests that showed a hole (each failed before its fix):
+//!
+//! | test | hole |
+//! |---|---|
+//! | `stream_memset_racing_a_capture_begin_keeps_its_target` | `stream_ordered` checks "no capture" without the gate: a capture begun meanwhile captures the memset, and its graph does not keep the buffer |
+//! | `kernel_launch_racing_a_capture_begin_keeps_its_module` | the same for `Function::launch`: the captured kernel outlives its module |
+//! | `stream_memset_racing_a_fork_keeps_its_target` | a fork pulls a stream into a capture between `stream_ordered`'s check and its memset |
+//! | `stream_allocation_racing_a_capture_begin_is_not_graph_memory` | `StreamAllocation::new` checks "not capturing" without the gate: its `cuMemAllocAsync` becomes an alloc node, and the handle holds an address that only the graph maps |
+//! | `failed_use_record_still_orders_a_stream_allocation_free` | a copy queued with a stream allocation operand whose use cannot be recorded is not waited for: the allocation's free overtakes it |
+//! | `sync_free_racing_a_global_capture_begin_does_not_synchronize_inside_it` | `GraphAllocation::free` checks for captures without the gate, and synchronizes outside it |
+//! | `sync_free_in_a_host_function_is_refused_as_such` | `GraphAllocation::free` in a host function is refused as `Capturing` |
+//! | `user_as_stream_impl_hands_the_driver_a_destroyed_stream` | `AsStream` is an open, safe trait: any safe impl hands the driver the handle it likes |
+#![cfg(cuda_graph_tests_hunt_stub)]
+
+use std::ffi::{CStr, CString, c_void};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use cuda_graph::{
+    AllocParams, AsStream, BorrowedStream, Capture, CaptureMode, Device, DeviceAddress,
+    DeviceBuffer, Error, Graph, GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig,
+    Module, NodeKind, Stream, StreamAllocation, StreamMemOps, capture, flush_deferred,
+};
+
+const WORDS: usize = 1 << 10;
+const BYTES: usize = WORDS * 4;
+
+fn stub_path() -> Result<PathBuf, String> {
+    if let Ok(lib) = std::env::var("HUNT_LIB") {
+        return Ok(PathBuf::from(lib));
+    }
+    cuda_graph_tests::built_library(
+        env!("CUDA_GRAPH_TESTS_HUNT_STUB"),
+        env!("CUDA_GRAPH_TESTS_HUNT_STUB_ERROR"),
+    )
+}
+
+/// The address of the loaded stub's symbol `name`.
+fn stub_symbol(name: &CStr) -> *mut c_void {
+    let path = CString::new(stub_path().unwrap().into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: `path` is NUL-terminated and outlives the call; RTLD_NOLOAD only takes a reference
+    // to the library if it is already loaded (as this process's driver).
+    let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!lib.is_null(), "the hunt stub is loaded");
+    // SAFETY: `lib` is live; the name is NUL-terminated.
+    let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
+    assert!(!f.is_null(), "the stub exports {name:?}");
+    // SAFETY: the handle of the dlopen above, closed once; the driver's own reference keeps the
+    // library, and so the symbol, loaded.
+    unsafe { libc::dlclose(lib) };
+    f
+}
+
+/// The number of `HUNT ERROR`s the stub reported.
+fn hunt_errors() -> i32 {
+    // SAFETY: the stub's `int hunt_errors(void)`.
+    let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(stub_symbol(c"hunt_errors")) };
+    f()
+}
+
+/// The calling thread's next call of `call` sleeps `ms` ms on entry.
+fn stall(call: &'static CStr, ms: i32) {
+    // SAFETY: the stub's `void hunt_stall(const char *, int)`; it keeps the pointer, which is
+    // static.
+    let f: extern "C" fn(*const libc::c_char, i32) =
+        unsafe { std::mem::transmute(stub_symbol(c"hunt_stall")) };
+    f(call.as_ptr(), ms);
+}
+
+/// The calling thread's next call of `call` fails with `CUDA_ERROR_OUT_OF_MEMORY`.
+fn fail_next(call: &'static CStr) {
+    // SAFETY: the stub's `void hunt_fail_next(const char *)`; it keeps the pointer, which is
+    // static.
+    let f: extern "C" fn(*const libc::c_char) =
+        unsafe { std::mem::transmute(stub_symbol(c"hunt_fail_next")) };
+    f(call.as_ptr());
+}
+
+/// Runs `body` in a child process with the stub as its driver and `env` set; asserts that it
+/// succeeded. In the child, runs `body`.
+fn isolated(name: &str, env: &[(&str, &str)], body: fn()) {
+    if std::env::var("HUNT_CHILD").as_deref() == Ok(name) {
+        let path = stub_path().expect("the stub was built by the parent");
+        // SAFETY: before this process's first driver call; no other thread reads the
+        // environment meanwhile.
+        unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", &path) };
+        body();
+        return;
+    }
+    if let Err(why) = stub_path() {
+        let why = format!("the checking stub driver could not be built ({why})");
+        if cuda_graph_tests::stub_required() {
+            panic!("{name}: {why}, and CI=true or CUDA_GRAPH_REQUIRE_GPU=1 is set");
+        }
+        println!("SKIPPED {name}: {why}");
+        return;
+    }
+    let (status, out) =
+        cuda_graph_tests::run_test_in_child(name, "HUNT_CHILD", env, Duration::from_secs(120));
+    assert!(status.is_some_and(|s| s.success()), "{out}");
+}
+
+fn cfg() -> LaunchConfig {
+    LaunchConfig::new((4, 1, 1), (64, 1, 1))
+}
+
+fn kinds(graph: &Graph) -> Vec<NodeKind> {
+    graph.nodes().iter().map(|n| n.kind.clone()).collect()
+}
+
+/// A graph whose launch leaves one allocation of BYTES live, launched once on `stream`.
+fn live_allocation(d: &Device, stream: &Stream) -> (Graph, cuda_graph::ExecGraph, GraphAllocation) {
+    let mut g = Graph::new(d).unwrap();
+    let (_, x) = g
+        .add_mem_alloc_node(&[], &AllocParams::new(d, BYTES).label("x"))
+        .unwrap();
+    let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(stream).unwrap();
+    (g, exec, x)
+}
+
+/// Launches `graph` on `stream`, waits, and asserts the stub saw no misuse.
+fn launch_and_settle(graph: Graph, stream: &Stream) {
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(stream).unwrap();
+    stream.synchronize().unwrap();
+    drop((exec, graph));
+    flush_deferred();
+}
+
+// ------------------------------------------------------------------ the control
+
+/// The order check itself: a raw copy queued on one stream and a raw free of its memory on
+/// another, not ordered by any event, is reported once; the same free after a wait on an event
+/// recorded behind the copy is not.
+fn order_control_body() {
+    use cuda_graph::sys;
+    let d = Device::get(0).unwrap();
+    let (s1, s2) = (Stream::new(&d).unwrap(), Stream::new(&d).unwrap());
+    let buf = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    for ordered in [false, true] {
+        let mut p = 0;
+        // SAFETY: raw calls on live streams; `p` is allocated, copied from and freed once.
+        unsafe {
+            assert_eq!(
+                sys::cuMemAllocAsync(&mut p, BYTES, s1.as_raw()),
+                sys::CUresult::CUDA_SUCCESS
+            );
+            s1.synchronize().unwrap();
+            let _ = sys::cuMemcpyAsync(buf.device_ptr(), p, BYTES, s2.as_raw());
+            if ordered {
+                let e = cuda_graph::Event::new(&d).unwrap();
+                e.record(&s2).unwrap();
+                s1.wait_event(&e).unwrap();
+            }
+            let _ = sys::cuMemFreeAsync(p, s1.as_raw());
+        }
+        s1.synchronize().unwrap();
+        s2.synchronize().unwrap();
+    }
+    assert_eq!(hunt_errors(), 1, "exactly the unordered free is reported");
+}
+
+#[test]
+fn order_check_reports_an_unordered_raw_free_only() {
+    isolated(
+        "order_check_reports_an_unordered_raw_free_only",
+        &[
+            ("HUNT_ORDER", "1"),
+            ("HUNT_DELAY_US", "50000"),
+            ("HUNT_DELAY_FIXED", "1"),
+        ],
+        order_control_body,
+    );
+}
+
+// ------------------------------------------------------------------ holes
+
+/// A memset queued through `StreamMemOps` on a stream while another thread begins a capture of
+/// it (the memset's thread is preempted between `stream_ordered`'s "no capture" check, made
+/// without the gate, and the driver call): the memset becomes a node of the captured graph,
+/// whose keep list does not hold the buffer. The buffer is dropped (freed: nothing else holds
+/// it) and the graph launched: the stub reports the write to freed memory.
+fn memset_racing_begin_body() {
+    let d = Device::get(0).unwrap();
+    let (s, other) = (Stream::new(&d).unwrap(), Stream::new(&d).unwrap());
+    let buf = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    let graph = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            stall(c"cuMemsetD32Async", 300);
+            s.memset_async(&buf, 7u32, WORDS)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let cap = Capture::begin(&s, CaptureMode::Relaxed).unwrap();
+        worker.join().unwrap().unwrap();
+        cap.end().unwrap()
+    });
+    println!("captured: {:?}", kinds(&graph));
+    drop(buf);
+    flush_deferred();
+    launch_and_settle(graph, &other);
+    s.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn stream_memset_racing_a_capture_begin_keeps_its_target() {
+    isolated(
+        "stream_memset_racing_a_capture_begin_keeps_its_target",
+        &[],
+        memset_racing_begin_body,
+    );
+}
+
+/// As above, for `Function::launch` (used with matching arguments): the captured kernel node
+/// runs after its module is unloaded and its buffer freed.
+fn launch_racing_begin_body() {
+    let d = Device::get(0).unwrap();
+    let (s, other) = (Stream::new(&d).unwrap(), Stream::new(&d).unwrap());
+    let module = Module::from_ptx(&d, cuda_graph::kernels::PTX).unwrap();
+    let fill = module.function("fill_u32").unwrap();
+    drop(module);
+    let buf = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    let graph = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            stall(c"cuLaunchKernel", 300);
+            let args = KernelArgs::new().ptr(&buf).value(WORDS as u64).value(1u32);
+            // SAFETY: fill_u32(u32* p, u64 n, u32 v) gets (buf, WORDS, 1): `buf` holds WORDS
+            // values.
+            unsafe { fill.launch(&s, cfg(), &args) }
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let cap = Capture::begin(&s, CaptureMode::Relaxed).unwrap();
+        worker.join().unwrap().unwrap();
+        cap.end().unwrap()
+    });
+    println!("captured: {:?}", kinds(&graph));
+    drop((fill, buf));
+    flush_deferred();
+    launch_and_settle(graph, &other);
+    s.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn kernel_launch_racing_a_capture_begin_keeps_its_module() {
+    isolated(
+        "kernel_launch_racing_a_capture_begin_keeps_its_module",
+        &[],
+        launch_racing_begin_body,
+    );
+}
+
+/// A capture forks a stream while another thread's `StreamMemOps::memset_async` on that stream
+/// is between its check (the stream is not in the capture) and its driver call: the memset is
+/// captured on the forked stream, and the graph does not keep the buffer.
+fn memset_racing_fork_body() {
+    let d = Device::get(0).unwrap();
+    let (s1, s2, other) = (
+        Stream::new(&d).unwrap(),
+        Stream::new(&d).unwrap(),
+        Stream::new(&d).unwrap(),
+    );
+    let buf = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    let (done, queued) = mpsc::channel();
+    let graph = std::thread::scope(|scope| {
+        let (s2, buf) = (&s2, &buf);
+        scope.spawn(move || {
+            stall(c"cuMemsetD32Async", 300);
+            done.send(s2.memset_async(buf, 7u32, WORDS)).unwrap();
+        });
+        capture(&s1, CaptureMode::Relaxed, |cap| {
+            std::thread::sleep(Duration::from_millis(100));
+            cap.fork(s2)?;
+            queued.recv().unwrap()?;
+            cap.join(s2)
+        })
+        .unwrap()
+        .0
+    });
+    println!("captured: {:?}", kinds(&graph));
+    drop(buf);
+    flush_deferred();
+    launch_and_settle(graph, &other);
+    s2.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn stream_memset_racing_a_fork_keeps_its_target() {
+    isolated(
+        "stream_memset_racing_a_fork_keeps_its_target",
+        &[],
+        memset_racing_fork_body,
+    );
+}
+
+/// `StreamAllocation::new` checks that its stream is not capturing, then allocates, without the
+/// gate: a capture begun in between captures the `cuMemAllocAsync` as an alloc node. The handle
+/// then holds an address that only the graph's launches map: a memset through `StreamMemOps`
+/// writes unmapped memory, and the handle's free frees it.
+fn stream_alloc_racing_begin_body() {
+    let d = Device::get(0).unwrap();
+    let (s, other) = (Stream::new(&d).unwrap(), Stream::new(&d).unwrap());
+    let (graph, allocation) = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            stall(c"cuMemAllocAsync", 300);
+            StreamAllocation::new(&s, BYTES)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let cap = Capture::begin(&s, CaptureMode::Relaxed).unwrap();
+        let allocation = worker.join().unwrap().unwrap();
+        (cap.end().unwrap(), allocation)
+    });
+    println!("captured: {:?}", kinds(&graph));
+    other.memset_async(&allocation, 1u32, WORDS).unwrap();
+    other.synchronize().unwrap();
+    drop(allocation);
+    s.synchronize().unwrap();
+    drop(graph);
+    flush_deferred();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn stream_allocation_racing_a_capture_begin_is_not_graph_memory() {
+    isolated(
+        "stream_allocation_racing_a_capture_begin_is_not_graph_memory",
+        &[],
+        stream_alloc_racing_begin_body,
+    );
+}
+
+/// A copy from a stream allocation, queued on another stream, whose use cannot be recorded (the
+/// event for it cannot be created): the copy is queued, the call errs, and nothing orders the
+/// allocation's free on its own stream after the copy (a graph allocation's use, in the same
+/// case, is waited for before the error is returned). Under `HUNT_ORDER`, the free is
+/// reported.
+fn failed_record_body() {
+    let d = Device::get(0).unwrap();
+    let (s1, s2) = (Stream::new(&d).unwrap(), Stream::new(&d).unwrap());
+    let out = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    let allocation = StreamAllocation::new(&s1, BYTES).unwrap();
+    fail_next(c"cuEventCreate");
+    let copied = s2.memcpy_async(&out, &allocation, BYTES);
+    assert!(
+        matches!(&copied, Err(Error::Driver(e)) if e.call == "cuEventCreate"),
+        "{copied:?}"
+    );
+    drop(allocation);
+    s1.synchronize().unwrap();
+    s2.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn failed_use_record_still_orders_a_stream_allocation_free() {
+    isolated(
+        "failed_use_record_still_orders_a_stream_allocation_free",
+        &[
+            ("HUNT_ORDER", "1"),
+            ("HUNT_DELAY_US", "100000"),
+            ("HUNT_DELAY_FIXED", "1"),
+        ],
+        failed_record_body,
+    );
+}
+
+/// `GraphAllocation::free` checks `release_allowed` without the gate and synchronizes its
+/// private stream after `free_on` has let the gate go: a `Global` capture begun on another
+/// thread in between has the synchronize made inside it, which the free's own docs say it
+/// refuses (under `HUNT_GLOBAL_CAPTURE` the stub reports and refuses the synchronize).
+fn sync_free_racing_global_body() {
+    let d = Device::get(0).unwrap();
+    let (s, c) = (Stream::new(&d).unwrap(), Stream::new(&d).unwrap());
+    let (_g, _exec, x) = live_allocation(&d, &s);
+    s.synchronize().unwrap();
+    let (done, freed) = mpsc::channel();
+    std::thread::scope(|scope| {
+        let x = &x;
+        scope.spawn(move || {
+            stall(c"cuStreamSynchronize", 300);
+            done.send(x.free()).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let (_, result) = capture(&c, CaptureMode::Global, |_| Ok(freed.recv().unwrap())).unwrap();
+        result.unwrap();
+    });
+    assert!(!x.is_live());
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn sync_free_racing_a_global_capture_begin_does_not_synchronize_inside_it() {
+    isolated(
+        "sync_free_racing_a_global_capture_begin_does_not_synchronize_inside_it",
+        &[("HUNT_GLOBAL_CAPTURE", "1")],
+        sync_free_racing_global_body,
+    );
+}
+
+/// `GraphAllocation::free` from a host node's function: refused, with nothing freed, as every
+/// CUDA-calling operation is there (`Error::InHostFunction`); it is refused as `Capturing` ("a
+/// capture of this crate forbids the synchronize here"), though no capture exists.
+fn host_free_body() {
+    let d = Device::get(0).unwrap();
+    let s = Stream::new(&d).unwrap();
+    let (_g, _exec, x) = live_allocation(&d, &s);
+    let result = Arc::new(Mutex::new(None));
+    let mut h = Graph::new(&d).unwrap();
+    let (x2, r2) = (x.clone(), result.clone());
+    h.add_host_node(&[], move || {
+        *r2.lock().unwrap() = Some(x2.free());
+    })
+    .unwrap();
+    let hx = h.instantiate(InstantiateFlags::NONE).unwrap();
+    hx.launch(&s).unwrap();
+    s.synchronize().unwrap();
+    let got = result
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the host function ran");
+    assert!(x.is_live(), "the refused free freed nothing");
+    x.free().unwrap();
+    drop((hx, h));
+    flush_deferred();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+    assert!(
+        matches!(&got, Err(Error::InHostFunction { call }) if *call == "GraphAllocation::free"),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn sync_free_in_a_host_function_is_refused_as_such() {
+    isolated(
+        "sync_free_in_a_host_function_is_refused_as_such",
+        &[],
+        host_free_body,
+    );
+}
+
+/// `AsStream` is a public trait that safe code may implement: this one names a stream that was
+/// destroyed, and `StreamMemOps` (implemented for every `AsStream`) hands it to the driver. A
+/// real driver dereferences the handle; the stub reports it.
+fn user_as_stream_body() {
+    struct Dangling {
+        raw: cuda_graph::sys::CUstream,
+        device: Device,
+    }
+    impl AsStream for Dangling {
+        fn as_raw_stream(&self) -> cuda_graph::sys::CUstream {
+            self.raw
+        }
+        fn device(&self) -> &Device {
+            &self.device
+        }
+    }
+    let d = Device::get(0).unwrap();
+    let raw = Stream::new(&d).unwrap().as_raw(); // destroyed at the end of the statement
+    flush_deferred();
+    let dangling = Dangling {
+        raw,
+        device: d.clone(),
+    };
+    let buf = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    let _ = dangling.memset_async(&buf, 1u32, WORDS);
+    d.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn user_as_stream_impl_hands_the_driver_a_destroyed_stream() {
+    isolated(
+        "user_as_stream_impl_hands_the_driver_a_destroyed_stream",
+        &[],
+        user_as_stream_body,
+    );
+}
+
+// ------------------------------------------------------------------ what held
+
+/// `free` after uses on another stream and on two threads' per-thread default streams, all
+/// still queued: the private stream waits for each (checked under `HUNT_ORDER`); the owner
+/// relaunched on a third stream maps the address only after the free; a copy then freed by
+/// `free_async` on another stream, a stream allocation used elsewhere and dropped, and a free
+/// node of another graph launched while a copy is queued are each ordered after their uses.
+fn ordered_frees_body() {
+    let d = Device::get(0).unwrap();
+    let (s1, s2, s3) = (
+        Stream::new(&d).unwrap(),
+        Stream::new(&d).unwrap(),
+        Stream::new(&d).unwrap(),
+    );
+    let out = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    let (_g, exec, x) = live_allocation(&d, &s1);
+    s2.memset_async(&x, 1u32, WORDS).unwrap();
+    std::thread::scope(|scope| {
+        for v in [2u32, 3] {
+            let x = &x;
+            scope.spawn(move || {
+                let mine = BorrowedStream::per_thread(x.device());
+                mine.memset_async(x, v, WORDS).unwrap();
+            });
+        }
+    });
+    x.free().unwrap();
+    exec.launch(&s3).unwrap();
+    s1.memcpy_async(&out, &x, BYTES).unwrap();
+    x.free_async(&s2).unwrap();
+
+    let allocation = StreamAllocation::new(&s1, BYTES).unwrap();
+    s2.memcpy_async(&out, &allocation, BYTES).unwrap();
+    drop(allocation);
+
+    exec.launch(&s3).unwrap();
+    s1.memcpy_async(&out, &x, BYTES).unwrap();
+    let mut f = Graph::new(&d).unwrap();
+    f.add_mem_free_node(&[], &x).unwrap();
+    let fx = f.instantiate(InstantiateFlags::NONE).unwrap();
+    fx.launch(&s2).unwrap();
+    d.synchronize().unwrap();
+    drop((fx, f, exec));
+    flush_deferred();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn frees_wait_for_queued_uses_on_other_streams() {
+    isolated(
+        "frees_wait_for_queued_uses_on_other_streams",
+        &[
+            ("HUNT_ORDER", "1"),
+            ("HUNT_DELAY_US", "5000"),
+            ("HUNT_DELAY_FIXED", "1"),
+        ],
+        ordered_frees_body,
+    );
+}
+
+/// Refusals name the call and the allocation, and change nothing: a second `free` and a
+/// `free_async` of a freed allocation (`NotLive`, its id); `free_async` on a capturing stream
+/// (`Capturing`, still live); `free_async_on` a stream outside the capture (`NotInCapture`, no
+/// free node captured, still live); a copy of an allocation onto itself, and a memset or copy
+/// whose size overflows (`InvalidArgument` before the driver).
+fn refusals_body() {
+    let d = Device::get(0).unwrap();
+    let (s, c, outside) = (
+        Stream::new(&d).unwrap(),
+        Stream::new(&d).unwrap(),
+        Stream::new(&d).unwrap(),
+    );
+    let (_g, _exec, x) = live_allocation(&d, &s);
+    let (graph, ()) = capture(&c, CaptureMode::Global, |cap| {
+        let refused = x.free_async(&c);
+        assert!(
+            matches!(&refused, Err(Error::Capturing { call, .. }) if *call == "GraphAllocation::free_async"),
+            "{refused:?}"
+        );
+        let refused = cap.free_async_on(&outside, &x);
+        assert!(
+            matches!(&refused, Err(Error::NotInCapture { call }) if *call == "Capture::free_async_on"),
+            "{refused:?}"
+        );
+        let refused = cap.memcpy_async(&x, &x, 4);
+        assert!(
+            matches!(&refused, Err(Error::InvalidArgument { call, .. }) if *call == "Capture::memcpy_async"),
+            "{refused:?}"
+        );
+        let refused = cap.memset_async(&x, 0u32, usize::MAX / 2 + 1);
+        assert!(
+            matches!(&refused, Err(Error::InvalidArgument { call, .. }) if *call == "Capture::memset_async"),
+            "{refused:?}"
+        );
+        Ok(())
+    })
+    .unwrap();
+    assert!(graph.nodes().is_empty(), "{:?}", kinds(&graph));
+    assert!(x.is_live(), "a refusal freed it");
+    x.free().unwrap();
+    for (what, refused) in [
+        ("free", x.free()),
+        ("free_async", x.free_async(&s)),
+        ("memset", s.memset_async(&x, 0u8, 1)),
+    ] {
+        assert!(
+            matches!(&refused, Err(Error::NotLive { allocation, .. }) if allocation.id == x.id()),
+            "{what}: {refused:?}"
+        );
+    }
+    s.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn refusals_name_the_call_and_the_allocation_and_change_nothing() {
+    isolated(
+        "refusals_name_the_call_and_the_allocation_and_change_nothing",
+        &[],
+        refusals_body,
+    );
+}
+
+/// A 2-D memset node into a graph allocation is a use the lifetime checks see: not ordered
+/// after the alloc node, or after the free node, the graph is refused; between them it passes.
+fn memset_2d_allocation_body() {
+    let d = Device::get(0).unwrap();
+    for order in ["unordered", "after the free", "between"] {
+        let mut g = Graph::new(&d).unwrap();
+        let (alloc, a) = g
+            .add_mem_alloc_node(&[], &AllocParams::new(&d, 64 * 48))
+            .unwrap();
+        match order {
+            "unordered" => {
+                g.add_memset_node_2d(&[], &a, 1u8, 16, 48, 64).unwrap();
+                g.add_mem_free_node(&[alloc], &a).unwrap();
+            }
+            "after the free" => {
+                let free = g.add_mem_free_node(&[alloc], &a).unwrap();
+                g.add_memset_node_2d(&[free], &a, 1u32, 4, 48, 64).unwrap();
+            }
+            _ => {
+                let set = g.add_memset_node_2d(&[alloc], &a, 1u16, 8, 48, 64).unwrap();
+                g.add_mem_free_node(&[set], &a).unwrap();
+            }
+        }
+        let checked = g.check();
+        assert_eq!(checked.is_ok(), order == "between", "{order}: {checked:?}");
+    }
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn memset_2d_node_into_a_graph_allocation_is_a_checked_use() {
+    isolated(
+        "memset_2d_node_into_a_graph_allocation_is_a_checked_use",
+        &[],
+        memset_2d_allocation_body,
+    );
+}
