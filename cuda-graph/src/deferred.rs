@@ -165,6 +165,15 @@ pub(crate) fn exclusive_gate() -> RwLockWriteGuard<'static, ()> {
     GATE.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Holds the gate exclusively while a stream may join a registered capture (a wait on an event
+/// recorded in it: [`Capture::fork`](crate::Capture::fork)), so that no operation checked "not
+/// capturing" on that stream is captured. `None` when no capture is registered (the event
+/// cannot belong to one), and on a thread that holds the gate already, which cannot wait for
+/// itself.
+pub(crate) fn exclusive_gate_for_join() -> Option<RwLockWriteGuard<'static, ()>> {
+    (any_capture() && GATE_DEPTH.get() == 0 && !in_host_function()).then(exclusive_gate)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

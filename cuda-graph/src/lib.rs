@@ -176,10 +176,13 @@
 //!
 //! Releases are ordered against capture beginnings: a release holds a process-wide gate shared
 //! from its check to its end, and [`Capture::begin`] holds it exclusively until the capture is
-//! registered, so no release runs inside a capture begun after its check (the same gate covers
-//! `free_async`'s and `Function::launch`'s "not capturing" checks). A [`Capture`] guard of its
-//! own exists only for an owned [`Stream`] (other streams capture through [`capture`], whose
-//! closure cannot lose the guard): `tests/compile-fail/capture_guard_needs_an_owned_stream`.
+//! registered, so no release runs inside a capture begun after its check. The same gate covers
+//! the "not capturing" checks of `free_async`, `StreamAllocation::new` and every stream-ordered
+//! operation on memory (`Function::launch`, [`StreamMemOps`]), and a wait that forks a stream
+//! into a capture ([`Capture::fork`]) holds it exclusively too, so that none of them is captured
+//! after its check (`tests/attack_new.rs`). A [`Capture`] guard of its own exists only for an
+//! owned [`Stream`] (other streams capture through [`capture`], whose closure cannot lose the
+//! guard): `tests/compile-fail/capture_guard_needs_an_owned_stream`.
 //! A host node's function runs on a driver thread: there the crate refuses to bind a context
 //! and queues releases.
 //!

@@ -296,8 +296,11 @@ pub(crate) fn stream_ordered(
 ) -> Result<()> {
     device.bind()?;
     let has_allocations = operands.graph_allocations().next().is_some();
-    // No capture of this crate begins between the capture checks below and the operation.
-    let _gate = (has_allocations || deferred::any_capture()).then(deferred::hold_gate);
+    // No capture of this crate begins on the stream, or forks it in, between the capture checks
+    // below and the operation: held even when no capture is registered now, since one begun
+    // meanwhile would capture the operation without keeping `keep` and the operands (and miss
+    // the stream allocations' uses, which `note_stream_uses` skips on a capturing stream).
+    let _gate = deferred::hold_gate();
     if deferred::any_capture() {
         // Work captured into a capture of this crate, made without its guard: the captured
         // graph keeps what it refers to all the same.

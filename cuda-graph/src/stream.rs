@@ -57,6 +57,9 @@ pub trait AsStream {
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamWaitEvent`.
     fn wait_event(&self, event: &Event) -> Result<()> {
         self.device().bind()?;
+        // The wait may make this stream join a capture of this crate (a fork): not while an
+        // operation on it is between its "not capturing" check and its driver call.
+        let _gate = deferred::exclusive_gate_for_join();
         // SAFETY: both handles are live.
         driver!(unsafe { sys::cuStreamWaitEvent(self.as_raw_stream(), event.as_raw(), 0) })
     }

@@ -125,6 +125,9 @@ impl<'s, S: AsStream> StreamAllocation<'s, S> {
         f: impl FnOnce(*mut sys::CUdeviceptr) -> sys::CUresult,
     ) -> Result<Self> {
         crate::alloc::check_size(call, stream.device(), bytes)?;
+        // No capture of this crate begins on the stream, or forks it in, between the check and
+        // the allocation: it would become an alloc node, its address mapped only by the graph.
+        let _gate = deferred::hold_gate();
         if stream.capture_status()? != CaptureStatus::None {
             return Err(Error::Capturing {
                 call,
