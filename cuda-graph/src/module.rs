@@ -201,8 +201,8 @@ impl Function {
     /// `cuStreamGetCaptureInfo`, `cuStreamIsCapturing`, `cuStreamGetId`, `cuStreamWaitEvent`
     /// (ordering the launch after the allocating launch) or `cuLaunchKernel`. After the launch,
     /// [`Error::Driver`] naming `cuStreamIsCapturing`, `cuStreamGetId`, `cuEventCreate` or
-    /// `cuEventRecord` when a use cannot be recorded for later frees to wait for (when it is a
-    /// graph allocation's, the stream is synchronized before the error is returned).
+    /// `cuEventRecord` when a use cannot be recorded for later frees to wait for (the stream is
+    /// then synchronized before the error is returned).
     ///
     /// # Safety
     ///
@@ -285,7 +285,7 @@ impl Handle for Function {
 ///   allocations' locks (in id order) so that no free slips between the check and `op`; each
 ///   use is then recorded for later frees to wait for (when that fails, the stream is
 ///   synchronized before the error is returned);
-/// - uses of stream allocations are recorded for their frees to wait for.
+/// - uses of stream allocations are recorded for their frees to wait for (likewise).
 pub(crate) fn stream_ordered(
     call: &'static str,
     device: &Device,
@@ -585,11 +585,15 @@ impl KernelArgs {
     }
 
     /// After a launch on a stream: stream allocations among the arguments are not freed
-    /// before it.
+    /// before it. When a use cannot be recorded, the stream is synchronized before the error is
+    /// returned: the queued work is done, so that no free can overtake it.
     fn note_stream_uses(&self, stream: &impl AsStream) -> Result<()> {
         for owner in &self.owners {
             if let ArgOwner::Stream(m) = owner {
-                m.note_stream_use(stream)?;
+                if let Err(e) = m.note_stream_use(stream) {
+                    let _ = stream.synchronize();
+                    return Err(e);
+                }
             }
         }
         Ok(())

@@ -100,7 +100,8 @@ pub trait StreamMemOps: AsStream + Sized {
     /// `count` is 0 or the elements do not fit `target`; [`Error::NotLive`] or
     /// [`Error::Capturing`] naming it, with nothing queued, as described above;
     /// [`Device::bind`](crate::Device::bind)'s errors; [`Error::Driver`] naming the memset call
-    /// or the stream and event calls that order and record the use.
+    /// or the stream and event calls that order and record the use (one that fails to record it
+    /// is returned after the stream is synchronized, so that no free overtakes the queued memset).
     fn memset_async<T: MemsetValue>(
         &self,
         target: &impl DeviceAddress,
@@ -126,7 +127,8 @@ pub trait StreamMemOps: AsStream + Sized {
     /// `bytes` is 0, does not fit `dst` or `src`, or the two ranges overlap; [`Error::NotLive`]
     /// or [`Error::Capturing`] naming it, with nothing queued, as described above;
     /// [`Device::bind`](crate::Device::bind)'s errors; [`Error::Driver`] naming `cuMemcpyAsync`
-    /// or the stream and event calls that order and record the uses.
+    /// or the stream and event calls that order and record the uses (one that fails to record
+    /// them is returned after the stream is synchronized, so that no free overtakes the copy).
     fn memcpy_async(
         &self,
         dst: &impl DeviceAddress,

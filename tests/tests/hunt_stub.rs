@@ -923,6 +923,27 @@ fn injected_driver_failures_misuse_nothing() {
     assert!(ok, "{out}");
 }
 
+/// The same fault-injection stress under the stub's stream-order check (`HUNT_ORDER=1`): no
+/// stream-ordered free is queued unordered after work on another stream that uses its memory,
+/// on the error paths too. Before stream allocations' uses that failed to be recorded were
+/// waited for (`tests/attack_new.rs`, `failed_use_record_still_orders_a_stream_allocation_free`),
+/// about one run in three reported such a free.
+#[test]
+fn injected_driver_failures_keep_stream_order() {
+    let Some((ok, out)) = isolated(
+        "injected_driver_failures_keep_stream_order",
+        &[
+            ("HUNT_FAIL_PM", "5"),
+            ("HUNT_DELAY_US", "30"),
+            ("HUNT_ORDER", "1"),
+        ],
+        faults_body,
+    ) else {
+        return;
+    };
+    assert!(ok, "{out}");
+}
+
 /// The process exits while launches are in flight and every handle is dropped, once after the
 /// test body returns and once after it panics (`HUNT_EXIT_PANIC`): as the work completes during
 /// the stub's exit-time teardown (`HUNT_TEARDOWN=1`, 40 ms per work item), the stub runs the
