@@ -403,13 +403,22 @@ impl GraphAllocation {
     ///
     /// # Errors
     ///
-    /// [`Error::Capturing`] naming `GraphAllocation::free`, with nothing freed, while a capture
-    /// of this crate forbids the synchronize on this thread (a `Global` capture on any thread, a
-    /// `ThreadLocal` one on this thread); [`Error::NotLive`] naming it when the allocation is not
-    /// live; [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamCreate` (the private
-    /// stream, made once), `cuStreamWaitEvent`, `cuMemFreeAsync` or `cuStreamSynchronize`.
+    /// With nothing freed: [`Error::InHostFunction`] naming `GraphAllocation::free` in a host
+    /// node's function; [`Error::Capturing`] naming it while a capture of this crate forbids the
+    /// synchronize on this thread (a `Global` capture on any thread, a `ThreadLocal` one on this
+    /// thread); [`Error::NotLive`] naming it when the allocation is not live; [`Device::bind`]'s
+    /// errors; [`Error::Driver`] naming `cuStreamCreate` (the private stream, made once),
+    /// `cuStreamWaitEvent` or `cuMemFreeAsync`. After the free is queued, [`Error::Driver`]
+    /// naming `cuEventCreate`, `cuEventRecord` or `cuStreamSynchronize`: the allocation then
+    /// counts as freed (it is no longer live), as the queued free will free it.
     pub fn free(&self) -> Result<()> {
         const CALL: &str = "GraphAllocation::free";
+        if deferred::in_host_function() {
+            return Err(Error::InHostFunction { call: CALL });
+        }
+        // Held from the check to the end of the synchronize: no capture of this crate begins
+        // in between, inside which the synchronize would run.
+        let _gate = deferred::hold_gate();
         if !deferred::release_allowed() {
             return Err(Error::Capturing {
                 call: CALL,
