@@ -30,7 +30,7 @@
 //! | `failed_use_record_still_orders_a_stream_allocation_free` | a copy queued with a stream allocation operand whose use cannot be recorded is not waited for: the allocation's free overtakes it |
 //! | `sync_free_racing_a_global_capture_begin_does_not_synchronize_inside_it` | `GraphAllocation::free` checks for captures without the gate, and synchronizes outside it |
 //! | `sync_free_in_a_host_function_is_refused_as_such` | `GraphAllocation::free` in a host function is refused as `Capturing` |
-//! | `user_as_stream_impl_hands_the_driver_a_destroyed_stream` | `AsStream` is an open, safe trait: any safe impl hands the driver the handle it likes |
+//! | `user_as_stream_impl_hands_the_driver_a_destroyed_stream` (now `tests/compile-fail/as_stream_is_sealed`) | `AsStream` was an open, safe trait: any safe impl handed the driver the handle it liked (a destroyed stream, the stub reported) |
 #![cfg(cuda_graph_tests_hunt_stub)]
 
 use std::ffi::{CStr, CString, c_void};
@@ -257,6 +257,10 @@ fn launch_racing_begin_body() {
         cap.end().unwrap()
     });
     println!("captured: {:?}", kinds(&graph));
+    // Not captured (as after the fix), the launch runs on `s`: wait for it before the module
+    // goes. A stream launch keeps its module only for the call, relying on `cuModuleUnload` to
+    // wait for the kernels in flight, which the stub does not model (a GPU question).
+    s.synchronize().unwrap();
     drop((fill, buf));
     flush_deferred();
     launch_and_settle(graph, &other);
@@ -460,44 +464,6 @@ fn sync_free_in_a_host_function_is_refused_as_such() {
         "sync_free_in_a_host_function_is_refused_as_such",
         &[],
         host_free_body,
-    );
-}
-
-/// `AsStream` is a public trait that safe code may implement: this one names a stream that was
-/// destroyed, and `StreamMemOps` (implemented for every `AsStream`) hands it to the driver. A
-/// real driver dereferences the handle; the stub reports it.
-fn user_as_stream_body() {
-    struct Dangling {
-        raw: cuda_graph::sys::CUstream,
-        device: Device,
-    }
-    impl AsStream for Dangling {
-        fn as_raw_stream(&self) -> cuda_graph::sys::CUstream {
-            self.raw
-        }
-        fn device(&self) -> &Device {
-            &self.device
-        }
-    }
-    let d = Device::get(0).unwrap();
-    let raw = Stream::new(&d).unwrap().as_raw(); // destroyed at the end of the statement
-    flush_deferred();
-    let dangling = Dangling {
-        raw,
-        device: d.clone(),
-    };
-    let buf = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
-    let _ = dangling.memset_async(&buf, 1u32, WORDS);
-    d.synchronize().unwrap();
-    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
-}
-
-#[test]
-fn user_as_stream_impl_hands_the_driver_a_destroyed_stream() {
-    isolated(
-        "user_as_stream_impl_hands_the_driver_a_destroyed_stream",
-        &[],
-        user_as_stream_body,
     );
 }
 
