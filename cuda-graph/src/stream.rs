@@ -12,7 +12,13 @@ use crate::handle::{Handle, OwnedHandle};
 use crate::sys;
 
 /// Anything work can be queued on: an owned or a borrowed stream.
-pub trait AsStream {
+///
+/// Sealed: the crate hands [`as_raw_stream`](AsStream::as_raw_stream) to the driver, and orders
+/// and checks work by it, trusting it to be the same live stream of [`device`](AsStream::device)
+/// for as long as the value lives; only [`Stream`] and [`BorrowedStream`] can promise that. A
+/// stream made elsewhere is borrowed with [`BorrowedStream::from_raw`], whose caller vouches for
+/// it (`tests/compile-fail/as_stream_is_sealed`).
+pub trait AsStream: sealed::Sealed {
     /// The raw stream handle.
     #[must_use]
     fn as_raw_stream(&self) -> sys::CUstream;
@@ -266,6 +272,14 @@ impl OwnedHandle for Stream {
         Ok(unsafe { Stream::from_raw(raw, device) })
     }
 }
+
+mod sealed {
+    /// Implemented by the crate's streams only.
+    pub trait Sealed {}
+}
+
+impl sealed::Sealed for Stream {}
+impl sealed::Sealed for BorrowedStream<'_> {}
 
 impl AsStream for Stream {
     fn as_raw_stream(&self) -> sys::CUstream {

@@ -16,6 +16,7 @@
 //! | `kernel_launch_needs_unsafe` | launching a kernel without vouching for its arguments |
 //! | `instantiate_unchecked_needs_unsafe` | skipping the lifetime checks without vouching for the graph |
 //! | `capture_guard_needs_an_owned_stream` | a capture guard on a stream nobody drops (forgotten, it would leave the stream capturing for good) |
+//! | `as_stream_is_sealed` | a stream type of one's own, whose raw handle the crate would hand the driver unchecked (a destroyed stream, or another at each call) |
 //! | `device_buffer_of_reference`, `_of_bool`, `_of_char` | reading device memory back as a type that not every bit pattern is (a null reference, a `bool` of 2, a surrogate `char`) |
 //!
 //! The diagnostics are the compiler's, so a new Rust release may reword them: regenerate with
