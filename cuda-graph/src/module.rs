@@ -188,7 +188,7 @@ impl Function {
     /// also keeps what the node refers to alive.
     ///
     /// Memory of this crate passed with [`KernelArgs::ptr`] is ordered: a graph allocation must
-    /// be live (else [`Error::InvalidArgument`], nothing launched) and the stream first waits
+    /// be live (else [`Error::NotLive`], nothing launched) and the stream first waits
     /// for the launch that allocated it when that ran on another stream; frees of graph and
     /// stream allocations wait for this launch.
     ///
