@@ -525,16 +525,7 @@ impl Graph {
         count: usize,
     ) -> Result<Node> {
         const CALL: &str = "cuGraphAddMemsetNode";
-        let fits = count.checked_mul(4).is_some_and(|b| b <= target.byte_len());
-        if count == 0 || !fits {
-            return Err(Error::invalid(
-                CALL,
-                format!(
-                    "{count} words do not fit a target of {} bytes",
-                    target.byte_len()
-                ),
-            ));
-        }
+        crate::transfer::check_memset(CALL, target, count, 4)?;
         let params = sys::CUDA_MEMSET_NODE_PARAMS {
             dst: target.device_ptr(),
             pitch: 0,

@@ -941,17 +941,66 @@ fn free_async_waits_for_a_queued_consumer_on_another_stream() {
     else {
         return;
     };
+    free_waits_for_a_queued_consumer(
+        &gpu,
+        |a, s1, s2| {
+            let consumed = Event::with_flags(&gpu.device, EventFlags::DISABLE_TIMING).unwrap();
+            consumed.record(s2).unwrap();
+            s1.wait_event(&consumed).unwrap();
+            a.free_async(s1).unwrap();
+        },
+        |a, s1, _| a.free_async(s1).unwrap(),
+        "free_async ran on stream 1",
+    );
+}
+
+/// `GraphAllocation::free` (synchronous, as `cudaFree` on a graph allocation, G.3.3) waits for
+/// the uses the library knows of, in the same reuse probe: the consumer still queued on stream
+/// 2 when `free` runs must read the producer's data. Control: the consumer's stream
+/// synchronized before the free.
+#[test]
+#[ignore = "needs a GPU"]
+fn sync_free_waits_for_a_queued_consumer() {
+    let Some(gpu) = safe_common::gpu("sync_free_waits_for_a_queued_consumer") else {
+        return;
+    };
+    free_waits_for_a_queued_consumer(
+        &gpu,
+        |a, _, s2| {
+            s2.synchronize().unwrap();
+            a.free().unwrap();
+        },
+        |a, _, _| {
+            a.free().unwrap();
+            assert!(!a.is_live());
+        },
+        "free ran",
+    );
+}
+
+/// The reuse probe of the two tests above: a producer graph writes an iota into its escaping
+/// allocation on stream 1; a consumer graph copies it out on stream 2 behind a 50 ms spin; then
+/// `control` (which orders the free after the consumer by hand) or `suspect` (which leaves it to
+/// the library) frees it, given the allocation and the two streams; a probe graph of the same
+/// size then fills `0xEEEEEEEE` on stream 1 and graph memory is trimmed (suspect only). The
+/// consumer must read the iota both times.
+fn free_waits_for_a_queued_consumer(
+    gpu: &Gpu,
+    control: impl Fn(&GraphAllocation, &Stream, &Stream),
+    suspect: impl Fn(&GraphAllocation, &Stream, &Stream),
+    when: &str,
+) {
     const PROBE: u32 = 0xEEEE_EEEE;
     let device = &gpu.device;
     let s1 = stream(device);
     let s2 = stream(device);
     let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
     let zeros = vec![0u32; N as usize];
-    let (producer_graph, a) = producer(&gpu, Write::Iota(7));
+    let (producer_graph, a) = producer(gpu, Write::Iota(7));
     let p = producer_graph.instantiate(InstantiateFlags::NONE).unwrap();
-    let consumer_graph = consumer(&gpu, &a, &out);
+    let consumer_graph = consumer(gpu, &a, &out);
     let c = consumer_graph.instantiate(InstantiateFlags::NONE).unwrap();
-    let (probe_graph, probe_allocation) = producer(&gpu, Write::Fill(PROBE));
+    let (probe_graph, probe_allocation) = producer(gpu, Write::Fill(PROBE));
     let probe_exec = probe_graph.instantiate(InstantiateFlags::NONE).unwrap();
 
     // Control: the free ordered after the consumer by hand.
@@ -959,10 +1008,7 @@ fn free_async_waits_for_a_queued_consumer_on_another_stream() {
     s1.synchronize().unwrap();
     spin(&gpu.k.spin_then_fill, &s2, SPIN_50_MS);
     c.launch(&s2).unwrap();
-    let consumed = Event::with_flags(device, EventFlags::DISABLE_TIMING).unwrap();
-    consumed.record(&s2).unwrap();
-    s1.wait_event(&consumed).unwrap();
-    a.free_async(&s1).unwrap();
+    control(&a, &s1, &s2);
     s1.synchronize().unwrap();
     s2.synchronize().unwrap();
     assert_iota(&out.to_vec().unwrap(), 7, "control: the consumer's copy");
@@ -973,7 +1019,7 @@ fn free_async_waits_for_a_queued_consumer_on_another_stream() {
     s1.synchronize().unwrap();
     spin(&gpu.k.spin_then_fill, &s2, SPIN_50_MS);
     c.launch(&s2).unwrap();
-    a.free_async(&s1).unwrap();
+    suspect(&a, &s1, &s2);
     probe_exec.launch(&s1).unwrap();
     s1.synchronize().unwrap();
     device.graph_mem_trim().unwrap();
@@ -987,63 +1033,7 @@ fn free_async_waits_for_a_queued_consumer_on_another_stream() {
     assert_iota(
         &out.to_vec().unwrap(),
         7,
-        "a consumer queued on stream 2 when free_async ran on stream 1 (0xeeeeeeee: the probe's data)",
-    );
-    probe_allocation.free_async(&s1).unwrap();
-    s1.synchronize().unwrap();
-}
-
-/// `GraphAllocation::free` (synchronous, as `cudaFree` on a graph allocation, G.3.3) waits for
-/// the uses the library knows of: a consumer graph that reads the allocation is queued on
-/// stream 2 behind a 50 ms spin when `free` runs; then another producer graph of the same size
-/// fills `0xEEEEEEEE` on stream 1 (the probe, which would get the freed physical memory) and
-/// graph memory is trimmed. The consumer must read the producer's data. Control: the same with
-/// the consumer's stream synchronized before the free.
-#[test]
-#[ignore = "needs a GPU"]
-fn sync_free_waits_for_a_queued_consumer() {
-    let Some(gpu) = safe_common::gpu("sync_free_waits_for_a_queued_consumer") else {
-        return;
-    };
-    const PROBE: u32 = 0xEEEE_EEEE;
-    let device = &gpu.device;
-    let s1 = stream(device);
-    let s2 = stream(device);
-    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
-    let zeros = vec![0u32; N as usize];
-    let (producer_graph, a) = producer(&gpu, Write::Iota(7));
-    let p = producer_graph.instantiate(InstantiateFlags::NONE).unwrap();
-    let consumer_graph = consumer(&gpu, &a, &out);
-    let c = consumer_graph.instantiate(InstantiateFlags::NONE).unwrap();
-    let (probe_graph, probe_allocation) = producer(&gpu, Write::Fill(PROBE));
-    let probe_exec = probe_graph.instantiate(InstantiateFlags::NONE).unwrap();
-
-    // Control: the consumer is done before the free.
-    p.launch(&s1).unwrap();
-    s1.synchronize().unwrap();
-    spin(&gpu.k.spin_then_fill, &s2, SPIN_50_MS);
-    c.launch(&s2).unwrap();
-    s2.synchronize().unwrap();
-    a.free().unwrap();
-    assert_iota(&out.to_vec().unwrap(), 7, "control: the consumer's copy");
-    out.copy_from(&zeros).unwrap();
-
-    // Suspect: the consumer still queued when `free` runs.
-    p.launch(&s1).unwrap();
-    s1.synchronize().unwrap();
-    spin(&gpu.k.spin_then_fill, &s2, SPIN_50_MS);
-    c.launch(&s2).unwrap();
-    a.free().unwrap();
-    assert!(!a.is_live());
-    probe_exec.launch(&s1).unwrap();
-    s1.synchronize().unwrap();
-    device.graph_mem_trim().unwrap();
-    let consumer_done = s2.synchronize();
-    consumer_done.expect("the consumer read freed graph memory (trimmed: illegal address)");
-    assert_iota(
-        &out.to_vec().unwrap(),
-        7,
-        "a consumer queued on stream 2 when free ran (0xeeeeeeee: the probe's data)",
+        &format!("a consumer queued on stream 2 when {when} (0xeeeeeeee: the probe's data)"),
     );
     probe_allocation.free_async(&s1).unwrap();
     s1.synchronize().unwrap();
