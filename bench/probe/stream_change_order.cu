@@ -5,7 +5,8 @@
 // Observed on an H200, driver 580: this program, shared 27 bad rounds of 3000, home 0, own 0;
 // the same sequence through the driver API from Rust, shared 63-111 of 3000, own 0,
 // same_stream 0, host_wait 0-1 (three processes at once), explicit_free 3, home 0 of 18000
-// (three processes at once). Built and run on the GPU machine:
+// (three processes at once); locked_launch 6-21 of 3000, locked_round 0 of 3000. Built and run
+// on the GPU machine:
 //
 //   nvcc -O2 -o stream_change_order bench/probe/stream_change_order.cu -lcuda && ./stream_change_order
 //   ./stream_change_order [MODE] [ROUNDS]     (one mode: shared own same_stream host_wait
@@ -14,7 +15,9 @@
 // Modes: shared, both threads on streams 0..3; own, thread t on streams 4t..4t+3; same_stream,
 // the relaunch on the first launch's stream; host_wait, the host waits for the consumer before
 // the relaunch; explicit_free, no AutoFreeOnLaunch, cudaFreeAsync before each relaunch; home,
-// every launch of the graph goes through one stream of the thread's own, bridged by events.
+// every launch of the graph goes through one stream of the thread's own, bridged by events;
+// locked_launch, shared with every cudaGraphLaunch under one process-wide mutex; locked_round,
+// shared with each thread's steps 1-7 (kernel, waits, launches, records) under it.
 #include <cuda_runtime.h>
 #include <atomic>
 #include <cstdio>
@@ -55,8 +58,9 @@ static const unsigned long long W = 16384;  // words
 static const unsigned BLOCK = 256;
 static const int THREADS = 2, NSTREAMS = 8;
 
-enum Mode { SHARED, OWN, SAME_STREAM, HOST_WAIT, EXPLICIT_FREE, HOME, MODES };
-static const char *mode_names[] = {"shared", "own", "same_stream", "host_wait", "explicit_free", "home"};
+enum Mode { SHARED, OWN, SAME_STREAM, HOST_WAIT, EXPLICIT_FREE, HOME, LOCKED_LAUNCH, LOCKED_ROUND, MODES };
+static const char *mode_names[] = {"shared", "own", "same_stream", "host_wait", "explicit_free", "home", "locked_launch", "locked_round"};
+static std::mutex launch_mu;  // LOCKED_LAUNCH: held across every cudaGraphLaunch; LOCKED_ROUND: across steps 1-7
 
 struct Thr {
     unsigned *src = nullptr, *o3 = nullptr, *o4 = nullptr;
@@ -134,6 +138,9 @@ static void launchP(Thr &T, Mode m, cudaStream_t s) {
         CK(cudaGraphLaunch(T.p, T.home));
         CK(cudaEventRecord(T.bout, T.home));
         CK(cudaStreamWaitEvent(s, T.bout, 0));
+    } else if (m == LOCKED_LAUNCH) {
+        std::lock_guard<std::mutex> g(launch_mu);
+        CK(cudaGraphLaunch(T.p, s));
     } else {
         CK(cudaGraphLaunch(T.p, s));
     }
@@ -141,6 +148,15 @@ static void launchP(Thr &T, Mode m, cudaStream_t s) {
 
 static std::atomic<int> bad{0};
 static std::mutex print_mu;
+
+static void glaunch(Mode m, cudaGraphExec_t e, cudaStream_t s) {
+    if (m == LOCKED_LAUNCH) {
+        std::lock_guard<std::mutex> g(launch_mu);
+        CK(cudaGraphLaunch(e, s));
+    } else {
+        CK(cudaGraphLaunch(e, s));
+    }
+}
 
 static void worker(int t, Mode m, int rounds, Thr *T, cudaStream_t *streams) {
     CK(cudaSetDevice(0));
@@ -151,6 +167,8 @@ static void worker(int t, Mode m, int rounds, Thr *T, cudaStream_t *streams) {
         cudaStream_t prod = s[rot], con = s[(rot + 1) % 4], fr = s[(rot + 2) % 4],
                      other = s[(rot + 3) % 4];
         if (m == SAME_STREAM) fr = prod;
+        std::unique_lock<std::mutex> round_lock(launch_mu, std::defer_lock);
+        if (m == LOCKED_ROUND) round_lock.lock();
         // 1. keep prod busy so that what follows queues up behind it
         unsigned long long cyc = 8000000;
         void *args[] = {&cyc};
@@ -163,7 +181,7 @@ static void worker(int t, Mode m, int rounds, Thr *T, cudaStream_t *streams) {
         CK(cudaEventRecord(T->ep1, prod));
         // 4. consumer of the first launch (spins, then reads a into o3)
         CK(cudaStreamWaitEvent(con, T->ep1, 0));
-        CK(cudaGraphLaunch(T->c3a, con));
+        glaunch(m, T->c3a, con);
         CK(cudaEventRecord(T->ec, con));
         // 5. the relaunch waits for the first launch and its consumer
         CK(cudaStreamWaitEvent(fr, T->ep1, 0));
@@ -176,7 +194,8 @@ static void worker(int t, Mode m, int rounds, Thr *T, cudaStream_t *streams) {
         prev = fr;
         // 7. consumer of the relaunch (reads a into o4)
         CK(cudaStreamWaitEvent(other, T->ep2, 0));
-        CK(cudaGraphLaunch(T->c3b, other));
+        glaunch(m, T->c3b, other);
+        if (round_lock.owns_lock()) round_lock.unlock();
         // 8. check
         for (int i = 0; i < 4; i++) CK(cudaStreamSynchronize(s[i]));
         if (T->home) CK(cudaStreamSynchronize(T->home));
@@ -238,7 +257,7 @@ int main(int argc, char **argv) {
             rounds = atoi(argv[i]);
         } else {
             fprintf(stderr, "usage: %s [MODE] [ROUNDS]; modes: shared own same_stream host_wait "
-                            "explicit_free home\n", argv[0]);
+                            "explicit_free home locked_launch locked_round\n", argv[0]);
             return 2;
         }
     }

@@ -357,6 +357,7 @@ impl GraphAllocation {
                 instead: "use Capture::free_async, so that the captured graph records the free",
             });
         }
+        let _order = crate::uses::hold_order_lock();
         let mut state = self.state();
         if !state.live {
             return Err(Error::NotLive {
@@ -537,6 +538,7 @@ impl Drop for AllocInner {
         let (ptr, device) = (self.ptr, self.device.clone());
         deferred::release(device.ordinal(), move || {
             let result = device.reaper_stream().and_then(|reaper| {
+                let _order = crate::uses::hold_order_lock();
                 if let Some((_, event)) = &state.allocated {
                     wait(reaper, event)?;
                 }

@@ -9,17 +9,19 @@
 //!   it began ([`Capture`](crate::Capture) registers them here) and queues such releases until
 //!   they end. Captures begun by other code are not known: a release that then fails is recorded
 //!   ([`Device::drop_errors`](crate::Device::drop_errors)), not retried.
-//! - **the driver still needs it.** What the nodes of an executable graph refer to is released
-//!   by a CUDA user object's destructor once the driver is done with every launch
-//!   ([`crate::graph`]); that destructor runs on a driver thread, which must not call CUDA, so
-//!   it only queues the release.
+//! - **the GPU still needs it.** What the nodes of an executable graph refer to is released
+//!   once the event after its last launch has completed ([`crate::ExecGraph`]'s drop); until
+//!   then the release waits in the queue. A graph handed over with `Graph::into_raw` keeps its
+//!   list in a CUDA user object, whose destructor runs on a driver thread, which must not call
+//!   CUDA: it only queues the release.
 //!
 //! The queue is one per process, whatever `Device` handle queued a job (each job holds its own
 //! device). It is worked through when the last registered capture ends, at stream and device
 //! synchronization, instantiation, when an executable graph or stream is dropped, by
-//! [`flush_deferred`], and, for what user-object destructors queue, by the crate's release
-//! thread (`cuda-graph-release`, started at the first such release), which the destructor
-//! wakes: memory the driver is done with is not held until the program's next call.
+//! [`flush_deferred`], and by the crate's release thread (`cuda-graph-release`, started at the
+//! first release that waits for the GPU or comes from a driver thread), which is woken then and
+//! looks at the queue every [`POLL`] while anything waits in it: memory the GPU is done with is
+//! not held until the program's next call.
 //!
 //! When the process exits, an exit handler (registered after `cuInit`, so it runs before the
 //! driver's own teardown) stops all of this: releases still queued, or put off from then on,
@@ -286,6 +288,20 @@ pub(crate) fn release(ordinal: usize, mut job: impl FnMut() -> bool + Send + 'st
     enqueue(ordinal, Box::new(job));
 }
 
+/// As [`release`], for a job that may also stay queued because the GPU is not done with what
+/// it releases: the release thread is woken, and polls the queue while it is not empty, so
+/// that the release follows the GPU without waiting for the program's next call.
+pub(crate) fn release_after(ordinal: usize, mut job: impl FnMut() -> bool + Send + 'static) {
+    {
+        let _gate = hold_gate();
+        if !exiting() && release_allowed() && run(ordinal, &mut job) {
+            return;
+        }
+    }
+    enqueue(ordinal, Box::new(job));
+    wake_release_thread();
+}
+
 /// Runs a job; a panic in it (a value's `Drop`) is caught and recorded as a drop error of
 /// device `ordinal`, and counts as done.
 fn run(ordinal: usize, job: &mut dyn FnMut() -> bool) -> bool {
@@ -320,6 +336,14 @@ pub(crate) fn queued() -> usize {
 /// thread, which runs it as soon as no registered capture forbids it.
 pub(crate) fn enqueue_from_driver(ordinal: usize, job: Box<dyn FnMut() -> bool + Send>) {
     enqueue(ordinal, job);
+    wake_release_thread();
+}
+
+/// How often the release thread looks at the queue while jobs wait in it.
+const POLL: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// Wakes the release thread, started at the first call.
+fn wake_release_thread() {
     if exiting() {
         // The driver is about to be torn down: the release thread must not call it now.
         return;
@@ -334,14 +358,24 @@ pub(crate) fn enqueue_from_driver(ordinal: usize, job: Box<dyn FnMut() -> bool +
             .name("cuda-graph-release".into())
             .spawn(move || {
                 let (woken, signal) = &*theirs;
+                let mut waiting = 0;
                 loop {
                     let mut flag = lock(woken);
                     while !*flag {
-                        flag = signal.wait(flag).unwrap_or_else(|e| e.into_inner());
+                        if waiting == 0 {
+                            flag = signal.wait(flag).unwrap_or_else(|e| e.into_inner());
+                        } else {
+                            // Jobs wait for the GPU or for a capture: look again shortly.
+                            flag = signal
+                                .wait_timeout(flag, POLL)
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0;
+                            break;
+                        }
                     }
                     *flag = false;
                     drop(flag);
-                    flush_deferred();
+                    waiting = if exiting() { 0 } else { flush_deferred() };
                 }
             })
             .ok()

@@ -352,7 +352,8 @@ impl Device {
     }
 
     /// Waits for all work in the primary context (`cuCtxSynchronize`), then runs the releases
-    /// the crate put off ([`flush_deferred`](crate::flush_deferred)).
+    /// the crate put off ([`flush_deferred`](crate::flush_deferred)) and waits again for the
+    /// frees they queue: what dropped executable graphs held is then released.
     ///
     /// # Errors
     ///
@@ -362,7 +363,13 @@ impl Device {
         self.bind()?;
         // SAFETY: the context is current.
         driver!(unsafe { sys::cuCtxSynchronize() })?;
-        deferred::flush_if_queued();
+        if deferred::queued() != 0 {
+            // Releases that waited for the work just finished run now; the frees they queue
+            // are waited for too, so that the memory is free when this returns.
+            deferred::flush_deferred();
+            // SAFETY: as above.
+            driver!(unsafe { sys::cuCtxSynchronize() })?;
+        }
         Ok(())
     }
 

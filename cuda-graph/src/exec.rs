@@ -9,8 +9,9 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{AllocationRef, Error, Result, driver};
 use crate::flags::flag_set;
-use crate::graph::{Graph, retain_keep};
+use crate::graph::Graph;
 use crate::handle::Handle;
+use crate::keep::KeepList;
 use crate::stream::AsStream;
 use crate::sys;
 use crate::uses::recorded;
@@ -61,10 +62,9 @@ impl Graph {
     /// and the allocation when an allocation of this graph is still live from an earlier launch,
     /// and [`Error::AlreadyInstantiated`] when the graph has memory nodes and an [`ExecGraph`] of
     /// it still exists (CUDA allows one);
-    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuUserObjectCreate` or
-    /// `cuGraphRetainUserObject` (at the first instantiation, which hands the graph what its nodes
-    /// refer to) or `cuGraphInstantiateWithFlags` (`cuGraphInstantiateWithParams` with
-    /// [`InstantiateFlags::UPLOAD`]) when the driver refuses the graph.
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuGraphInstantiateWithFlags`
+    /// (`cuGraphInstantiateWithParams` with [`InstantiateFlags::UPLOAD`]) when the driver refuses
+    /// the graph.
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
         let roles = self.checked_roles()?;
         self.instantiate_raw(flags, std::ptr::null_mut(), roles)
@@ -134,7 +134,6 @@ impl Graph {
             e
         };
         self.device.bind().map_err(release)?;
-        retain_keep(self).map_err(release)?;
         let mut raw = std::ptr::null_mut();
         if upload.is_null() && !flags.contains(InstantiateFlags::UPLOAD) {
             // The common path: WithFlags costs less than WithParams (`bench/README.md`,
@@ -178,6 +177,8 @@ impl Graph {
         };
         let (unfreed_at, frees_at, uses_at) = (at(&unfreed), at(&foreign_frees), at(&foreign_uses));
         Ok(ExecGraph {
+            keep: self.keep.clone(),
+            last_launch: std::cell::RefCell::new(None),
             events: std::cell::RefCell::new(Vec::new()),
             unfreed_at,
             frees_at,
@@ -218,6 +219,12 @@ pub struct ExecGraph {
     uses_at: Vec<usize>,
     /// Events of earlier launches, recorded again once no allocation holds them.
     events: std::cell::RefCell<Vec<Arc<crate::event::Event>>>,
+    /// What the nodes refer to: the graph's list, shared with it (the ownership rule).
+    keep: Arc<KeepList>,
+    /// An event recorded after the latest launch. Launches of one executable graph run one after
+    /// another (`cuGraphLaunch`: each is ordered behind the previous launches of the graph), so
+    /// once it has completed no launch can use what `keep` holds.
+    last_launch: std::cell::RefCell<Option<Arc<crate::event::Event>>>,
     instantiated: Option<Arc<AtomicBool>>,
     _tracked: crate::live_objects::Tracked,
 }
@@ -258,8 +265,26 @@ impl ExecGraph {
         {
             // Special streams (per-thread, legacy) need the context current.
             self.device.bind()?;
+            // A graph with memory nodes maps graph memory as it runs (see `uses`).
+            let _order = self
+                .instantiated
+                .is_some()
+                .then(crate::uses::hold_order_lock);
             // SAFETY: both handles are live.
-            return driver!(unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) });
+            driver!(unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) })?;
+            let mut last = self.last_launch.borrow_mut();
+            return match recorded(&self.device, stream, last.take()) {
+                Ok(event) => {
+                    *last = Some(event);
+                    Ok(())
+                }
+                Err(e) => {
+                    // Queued but not marked: wait for it, so that a drop cannot release what it
+                    // uses before it is done.
+                    let _ = stream.synchronize();
+                    Err(e)
+                }
+            };
         }
         self.launch_with_allocations(stream)
     }
@@ -288,6 +313,8 @@ impl ExecGraph {
         // takes the gate. Taken only then, it would wait behind a `Capture::begin` that waits
         // for a thread holding the gate and waiting for one of these locks: a deadlock.
         let _gate = deferred::hold_gate();
+        // From the first wait to the event after the launch (see `uses`).
+        let _order = crate::uses::hold_order_lock();
         let mut states: Vec<_> = self.locked.iter().map(|a| a.lock()).collect();
         let frees = self.foreign_frees.iter().zip(&self.frees_at);
         let uses = self.foreign_uses.iter().zip(&self.uses_at);
@@ -336,6 +363,7 @@ impl ExecGraph {
             if pool.len() < 4 {
                 pool.push(event.clone());
             }
+            *self.last_launch.borrow_mut() = Some(event.clone());
         }
         self.mark(&mut states, id, event.as_ref());
         Ok(())
@@ -402,19 +430,40 @@ impl Handle for ExecGraph {
 }
 
 impl Drop for ExecGraph {
-    /// Destroys the executable graph (the driver defers it while launches run, and keeps what
-    /// the nodes refer to until then); put off while a capture forbids it.
+    /// Destroys the executable graph (the driver defers it while launches run); what the nodes
+    /// refer to is let go once the event after the last launch has completed. Put off while a
+    /// capture forbids it; until the launch is done the release waits in the queue, which the
+    /// crate's release thread works through.
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device.clone());
         let instantiated = self.instantiated.take();
-        deferred::release(device.ordinal(), move || {
-            // SAFETY: owned and destroyed once; live allocations stay live (their handles free
-            // them).
-            let destroyed = driver!(unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) });
-            device.record(destroyed);
-            if let Some(flag) = &instantiated {
-                flag.store(false, Ordering::Release);
+        let mut destroy = Some(raw);
+        let mut keep = Some(self.keep.clone());
+        let last_launch = self.last_launch.take();
+        deferred::release_after(device.ordinal(), move || {
+            if let Some(raw) = destroy.take() {
+                // SAFETY: owned and destroyed once; live allocations stay live (their handles
+                // free them).
+                let destroyed =
+                    driver!(unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) });
+                device.record(destroyed);
+                if let Some(flag) = &instantiated {
+                    flag.store(false, Ordering::Release);
+                }
             }
+            if let Some(event) = &last_launch {
+                match event.is_complete() {
+                    Ok(false) => return false,
+                    Ok(true) => {}
+                    Err(e) => {
+                        // Whether the launches are done cannot be told: keep what they may use
+                        // for the rest of the process rather than free it under them.
+                        device.record(Err(e));
+                        std::mem::forget(keep.take());
+                    }
+                }
+            }
+            drop(keep.take());
             true
         });
         deferred::flush_if_queued();

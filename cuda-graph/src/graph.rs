@@ -82,9 +82,6 @@ pub struct Graph {
     pub(crate) nodes: Vec<NodeRecord>,
     /// What the nodes refer to (the ownership rule of the crate docs' "Safety model").
     pub(crate) keep: Arc<KeepList>,
-    /// Whether the graph retains a user object holding `keep` (made at the first
-    /// instantiation).
-    pub(crate) keep_retained: std::cell::Cell<bool>,
     /// Set while an executable graph made from this graph exists (graphs with memory nodes
     /// allow only one).
     pub(crate) instantiated: Arc<AtomicBool>,
@@ -135,11 +132,20 @@ impl Drop for Graph {
                 allocation.register_free(self.id, false);
             }
         }
+        // Let go of in a release, where a panic in the drop of a value it holds (a host
+        // closure's capture) is caught and recorded, as for the other holders of the list.
+        let mut keep = Some(std::mem::take(&mut self.keep));
         if self.owns_raw {
             let (raw, device) = (self.raw as usize, self.device.clone());
             crate::deferred::release(device.ordinal(), move || {
                 // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
                 device.record(driver!(unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) }));
+                drop(keep.take());
+                true
+            });
+        } else {
+            crate::deferred::release(self.device.ordinal(), move || {
+                drop(keep.take());
                 true
             });
         }
@@ -167,7 +173,6 @@ impl Graph {
             id,
             nodes: Vec::new(),
             keep: Arc::new(KeepList::default()),
-            keep_retained: std::cell::Cell::new(false),
             instantiated: Arc::new(AtomicBool::new(false)),
             owns_raw: true,
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Graph),
@@ -848,7 +853,7 @@ impl Graph {
             }
         })?;
         child.owns_raw = false;
-        // Copied, not taken: the child's list is shared with its executable graphs' user object
+        // Copied, not taken: the child's list is shared with its executable graphs
         // and with graphs the child was copied into.
         self.keep.extend(child.keep.snapshot());
         let node = self.push(raw, NodeKind::ChildGraph, indices);
@@ -908,12 +913,10 @@ impl Graph {
     }
 }
 
-/// Makes `graph` retain, once, a user object that holds its [`KeepList`]: every executable
-/// graph instantiated from it then holds it too, until the driver is done with it.
-pub(crate) fn retain_keep(graph: &Graph) -> Result<()> {
-    if graph.keep_retained.get() {
-        return Ok(());
-    }
+/// Makes `graph`, which is being handed over ([`Graph::into_raw`]), retain a user object that
+/// holds its [`KeepList`]: the raw graph, and every executable graph instantiated from it, then
+/// hold it until the driver is done with it.
+fn retain_keep(graph: &Graph) -> Result<()> {
     unsafe extern "C" fn destroy(data: *mut c_void) {
         // SAFETY: `data` is the `Box<Payload>` leaked in `retain_keep`; the driver calls this
         // once, when the last reference is released.
@@ -963,9 +966,7 @@ pub(crate) fn retain_keep(graph: &Graph) -> Result<()> {
     .inspect_err(|_| {
         // SAFETY: our reference was not moved; releasing it runs the destructor.
         let _ = unsafe { sys::cuUserObjectRelease(object, 1) };
-    })?;
-    graph.keep_retained.set(true);
-    Ok(())
+    })
 }
 
 /// Builds a [`Graph`] around a raw graph by reading its nodes and edges. The `captured` nodes

@@ -8,12 +8,11 @@ use std::sync::{Arc, Mutex};
 /// allocation's memory, a host function, an event, a child graph's own list.
 pub(crate) type Keep = Arc<dyn std::any::Any + Send + Sync>;
 
-/// Everything a graph's nodes refer to. The graph holds it, and so does a CUDA user object
-/// that the graph retains from its first instantiation on: every executable graph made from
-/// the graph holds a reference to that user object, which the driver releases only when the
-/// executable graph is destroyed and its last launch is done (deferred destroys included). The
-/// user object's destructor, on a driver thread, only queues the release of its share
-/// ([`crate::deferred`]).
+/// Everything a graph's nodes refer to. The graph holds it, and so does every executable graph
+/// made from it, whose drop lets go of it only once its last launch is done
+/// ([`crate::ExecGraph`]). A graph handed over with [`crate::Graph::into_raw`] retains a CUDA
+/// user object that holds it, released by the driver; that destructor, on a driver thread,
+/// only queues the release of its share ([`crate::deferred`]).
 #[derive(Default)]
 pub(crate) struct KeepList(Mutex<Vec<Keep>>);
 

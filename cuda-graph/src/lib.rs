@@ -111,10 +111,10 @@
 //! [`Function`]'s module of every kernel node, the memory of every [`DeviceAddress`] operand
 //! (memset, memcpy, kernel arguments passed with [`KernelArgs::ptr`]), every allocation of its
 //! alloc nodes, host closures, events, and child graphs' lists; [`Capture`] keeps the same for
-//! captured calls. At its first instantiation the graph retains a CUDA user object holding that
-//! list, so every [`ExecGraph`] made from it holds it too; the driver releases it only after the
-//! executable graph is destroyed and its last launch is done (CUDA defers `cuGraphExecDestroy`
-//! for launches in flight, and so the list). Shared ownership was chosen over lifetimes because
+//! captured calls. Every [`ExecGraph`] made from the graph holds the list too, and records an
+//! event after each launch; dropped, it destroys the executable graph (CUDA defers
+//! `cuGraphExecDestroy` for launches in flight) and lets go of the list once the event after its
+//! last launch has completed (launches of one executable graph run one after another). Shared ownership was chosen over lifetimes because
 //! an executable graph outlives the borrow of anything it was built from, and a launch outlives
 //! the executable graph. Safe functions that hand an address, handle or closure to the driver,
 //! and what keeps it valid:

@@ -322,6 +322,8 @@ pub(crate) fn stream_ordered(
         return Err(refused_in_capture(call));
     }
     let id = stream.stream_id()?;
+    // From the first wait to the record of the use (see `uses`).
+    let _order = crate::uses::hold_order_lock();
     let mut allocations: Vec<&GraphAllocation> = operands.graph_allocations().collect();
     allocations.sort_by_key(|a| a.id());
     allocations.dedup_by_key(|a| a.id());

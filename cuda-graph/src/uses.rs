@@ -6,8 +6,19 @@
 //! cover the earlier uses). An event is re-recorded only while this entry is its one holder;
 //! a graph launch that uses many allocations records one event and shares it among them, and a
 //! shared event is never recorded again, so no record elsewhere can move an entry's event.
+//!
+//! Work on graph memory is ordered and queued under one process-wide lock ([`hold_order_lock`]).
+//! Events and stream order alone do not keep it in order on the H200 (driver 580): when two
+//! threads launch graphs that allocate, free or use graph memory into streams they share, a
+//! relaunch was seen to run before a use of the previous launch that it waited for, a consumer
+//! to read a later launch's value, and `cuGraphLaunch` to crash inside the driver. Plain CUDA
+//! does the same (`bench/probe/stream_change_order.cu`: tens of bad rounds in 3000 with the
+//! launches alone serialized, none with each thread's wait, launch and record sequence
+//! serialized); with the crate's sequences serialized the reuse probes of the soundness and
+//! stream stress tests find none.
 
-use std::sync::Arc;
+use std::cell::Cell;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::device::Device;
 use crate::error::{Result, driver};
@@ -85,4 +96,38 @@ impl StreamUses {
 pub(crate) fn wait(stream: sys::CUstream, event: &Event) -> Result<()> {
     // SAFETY: both handles are live; the event was recorded outside any capture.
     driver!(unsafe { sys::cuStreamWaitEvent(stream, event.as_raw(), 0) })
+}
+
+/// The lock of the module docs: held from the first wait that orders work on graph memory to
+/// the record of the event after it.
+static ORDER: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    /// How many [`OrderLock`]s this thread holds: only the outermost takes [`ORDER`] (a release
+    /// run under the lock, such as a RAII free set off by an event's drop, takes it again).
+    static ORDER_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A hold of [`ORDER`], re-entrant on one thread; not `Send` (the guard is released on the
+/// thread that took it).
+pub(crate) struct OrderLock {
+    _held: Option<MutexGuard<'static, ()>>,
+}
+
+/// Holds the order lock until the value drops. Taken after the capture gate and before any
+/// allocation's lock, everywhere: nothing that holds it waits for either.
+pub(crate) fn hold_order_lock() -> OrderLock {
+    let depth = ORDER_DEPTH.get();
+    ORDER_DEPTH.set(depth + 1);
+    OrderLock {
+        // A panic under the lock leaves nothing half-done that the lock guards (it guards the
+        // driver's order of work, not data): a poisoned lock is taken all the same.
+        _held: (depth == 0).then(|| ORDER.lock().unwrap_or_else(|e| e.into_inner())),
+    }
+}
+
+impl Drop for OrderLock {
+    fn drop(&mut self) {
+        ORDER_DEPTH.set(ORDER_DEPTH.get() - 1);
+    }
 }

@@ -391,6 +391,17 @@ fn function_launch_into_a_capture_skips_the_allocation_checks() {
     );
 }
 
+/// Hands `graph` over ([`Graph::into_raw`]: its keep list moves into a user object the raw graph
+/// retains) and destroys the raw graph: the stub's driver thread then runs the user object's
+/// destructor, whose release the crate's release thread runs, with no flush point of the
+/// program's.
+fn hand_over_and_destroy(graph: Graph) {
+    let raw = graph.into_raw();
+    // SAFETY: handed over just now, destroyed once.
+    let destroyed = unsafe { cuda_graph::sys::cuGraphDestroy(raw) };
+    assert_eq!(destroyed, cuda_graph::sys::CUresult::CUDA_SUCCESS);
+}
+
 /// A value whose drop panics (a user type captured by a host closure).
 struct PanicOnDrop;
 impl Drop for PanicOnDrop {
@@ -419,9 +430,7 @@ fn a_panicking_drop_in_the_queue_loses_the_releases_behind_it() {
                     std::hint::black_box(&bomb);
                 })
                 .unwrap();
-            let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
-            drop(exec);
-            drop(graph);
+            hand_over_and_destroy(graph);
             // The driver's thread runs the user object's destructor in 150 ms: by then a Global
             // capture forbids releases, so its job waits in the queue, ahead of the unload.
             let stream = Stream::new(&device).unwrap();
@@ -461,11 +470,7 @@ fn a_panicking_drop_kills_the_release_thread() {
             }
             true
         };
-        let release_only_by_the_thread = |graph: Graph| {
-            let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
-            drop(exec);
-            drop(graph);
-        };
+        let release_only_by_the_thread = hand_over_and_destroy;
         let first = Arc::new(());
         let mut graph = Graph::new(&device).unwrap();
         graph.add_host_node(&[], sentinel_closure(&first)).unwrap();

@@ -282,15 +282,31 @@ fn free_on_a_forked_stream_inside_a_capture() {
         let a = cap.malloc_async(BYTES)?;
         // SAFETY: iota_u32(u32*, u64, u32) and copy_u32(u32*, const u32*, u64) over the N
         // values of `a` and `out`.
-        unsafe { cap.launch(&g.k.iota, cfg, &KernelArgs::new().ptr(&a).value(N).value(5u32))? };
+        unsafe {
+            cap.launch(
+                &g.k.iota,
+                cfg,
+                &KernelArgs::new().ptr(&a).value(N).value(5u32),
+            )?
+        };
         cap.fork(&s2)?;
         // SAFETY: as above.
         unsafe {
-            cap.launch_on(&s2, &g.k.copy, cfg, &KernelArgs::new().ptr(&out).ptr(&a).value(N))?
+            cap.launch_on(
+                &s2,
+                &g.k.copy,
+                cfg,
+                &KernelArgs::new().ptr(&out).ptr(&a).value(N),
+            )?
         };
         let refused = cap.free_async_on(&outside, &a);
         assert!(
-            matches!(&refused, Err(Error::InvalidArgument { call, .. }) if *call == "Capture::free_async_on"),
+            matches!(
+                &refused,
+                Err(Error::NotInCapture {
+                    call: "Capture::free_async_on"
+                })
+            ),
             "a free on a stream outside the capture: {refused:?}"
         );
         cap.free_async_on(&s2, &a)?;
