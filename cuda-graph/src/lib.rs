@@ -148,18 +148,18 @@
 //! A consumer launched on another stream after its producer waits for it
 //! (`consumer_on_another_stream_reads_the_producers_data`).
 //!
-//! **Known gap: the driver misorders graphs that leave allocations live on streams that threads
-//! share.** An [`ExecGraph`] that leaves allocations live, relaunched while another thread
-//! queues work on the same streams, can run out of the order the crate's events set (driver 580
-//! on the H200; the same sequence in plain CUDA runtime calls does it:
-//! `bench/probe/stream_change_order.cu`, about 1 round in 100), so a use of the previous
-//! launch's allocation can see the relaunch's data or the reverse. Relaunching into the stream
-//! of the previous launch did not avoid it inside this crate; neither did routing every launch
-//! through a private stream per graph, bridged by events, which also brought kernel faults, so
-//! the crate does neither. Giving each thread streams of its own did: the same stress passes
-//! (`tests/stress_streams.rs`, both tests; the one on shared streams and
-//! `relaunch_into_streams_another_thread_shares_stays_in_order` fail). So keep the streams on
-//! which such graphs run, and the work that uses their allocations, to one thread.
+//! **Work on graph memory is queued under one lock.** The driver misorders graph-memory work
+//! that threads queue into streams they share: on the H200 (driver 580) an [`ExecGraph`] that
+//! leaves allocations live, relaunched while another thread queues work on the same streams,
+//! ran out of the order its events set (a use of the previous launch's allocation saw the
+//! relaunch's data, or the reverse), and `cuGraphLaunch` crashed inside the driver. Plain CUDA
+//! does the same (`bench/probe/stream_change_order.cu`: tens of bad rounds in 3000 with only
+//! the launches serialized, none with each thread's waits, launch and records serialized). So
+//! every sequence of the crate that orders and queues work on graph memory (the waits before
+//! it, the call, the event after it) runs under one process-wide lock: launches of graphs with
+//! memory nodes, [`GraphAllocation::free_async`] and [`GraphAllocation::free`], stream work on
+//! graph allocations, the RAII free (`relaunch_into_streams_another_thread_shares_stays_in_order`,
+//! `tests/stress_streams.rs`). Work queued through raw handles by other code is outside it.
 //!
 //! **Releases never disturb a capture, and none is lost.** While a capture begun through this
 //! crate is active in `Global` mode (any thread) or `ThreadLocal` mode (its thread), frees,
