@@ -73,6 +73,16 @@ pub enum Error {
     /// closure's captured state); the panic was caught so that the other releases run.
     /// Recorded in [`Device::drop_errors`](crate::Device::drop_errors).
     ReleasePanicked(String),
+    /// An update of an executable graph ([`ExecGraph::update`](crate::ExecGraph::update)) was
+    /// refused, by the driver (`cuGraphExecUpdate`) or by the crate before it; the executable
+    /// graph is unchanged.
+    UpdateRefused {
+        /// Why.
+        reason: UpdateRefusal,
+        /// The position of the new graph's node that the refusal names
+        /// ([`Graph::nodes`](crate::Graph::nodes)), if one is named.
+        node: Option<usize>,
+    },
     /// An argument the safe layer rejects before calling CUDA.
     InvalidArgument {
         /// The operation.
@@ -151,7 +161,81 @@ impl fmt::Display for Error {
                 f,
                 "{call}: called from a host node's function, where CUDA must not be called"
             ),
+            Error::UpdateRefused { reason, node } => {
+                write!(f, "ExecGraph::update: {reason}")?;
+                match node {
+                    Some(i) => write!(f, "; at node {i} of the new graph"),
+                    None => Ok(()),
+                }
+            }
         }
+    }
+}
+
+/// Why an executable graph could not be updated from a graph ([`Error::UpdateRefused`]): the
+/// driver's `CUgraphExecUpdateResult`, and the crate's own refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UpdateRefusal {
+    /// The crate's: the executable graph or the new graph has memory nodes. An alloc node's
+    /// address is fixed for the life of its graph (G.3.1), so the new graph's nodes would use
+    /// addresses that the executable graph does not map.
+    MemoryNodes,
+    /// The crate's: the new graph belongs to another device.
+    OtherDevice,
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`: other nodes or edges.
+    TopologyChanged,
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED`.
+    NodeTypeChanged,
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED`: a kernel's function changed context.
+    FunctionChanged,
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE`.
+    UnsupportedFunctionChange,
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED`: a node's parameters changed in a way
+    /// that cannot be updated (a memcpy's memory type, a 2-D memset's shape, ...).
+    ParametersChanged,
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED`.
+    AttributesChanged,
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED`: something about a node cannot be updated.
+    NotSupported,
+    /// `CU_GRAPH_EXEC_UPDATE_ERROR`, or a result this version of the crate does not know.
+    Other,
+}
+
+impl UpdateRefusal {
+    pub(crate) fn from_raw(result: sys::CUgraphExecUpdateResult) -> UpdateRefusal {
+        use sys::CUgraphExecUpdateResult as R;
+        match result {
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => UpdateRefusal::TopologyChanged,
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => UpdateRefusal::NodeTypeChanged,
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => UpdateRefusal::FunctionChanged,
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE => {
+                UpdateRefusal::UnsupportedFunctionChange
+            }
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => UpdateRefusal::ParametersChanged,
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED => UpdateRefusal::AttributesChanged,
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => UpdateRefusal::NotSupported,
+            _ => UpdateRefusal::Other,
+        }
+    }
+}
+
+impl fmt::Display for UpdateRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UpdateRefusal::MemoryNodes => {
+                "a graph has memory nodes, whose addresses are fixed for the life of their graph (instantiate the new graph instead)"
+            }
+            UpdateRefusal::OtherDevice => "the new graph belongs to another device",
+            UpdateRefusal::TopologyChanged => "the topology changed (CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED)",
+            UpdateRefusal::NodeTypeChanged => "a node's type changed (CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED)",
+            UpdateRefusal::FunctionChanged => "a kernel's function changed (CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED)",
+            UpdateRefusal::UnsupportedFunctionChange => "a kernel's function changed in an unsupported way (CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE)",
+            UpdateRefusal::ParametersChanged => "a node's parameters changed in an unsupported way (CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED)",
+            UpdateRefusal::AttributesChanged => "a node's attributes changed in an unsupported way (CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED)",
+            UpdateRefusal::NotSupported => "a node cannot be updated (CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED)",
+            UpdateRefusal::Other => "the driver refused the update (CU_GRAPH_EXEC_UPDATE_ERROR)",
+        })
     }
 }
 
@@ -401,6 +485,10 @@ mod display_tests {
             Error::InHostFunction {
                 call: "Device::bind",
             },
+            Error::UpdateRefused {
+                reason: UpdateRefusal::ParametersChanged,
+                node: Some(4),
+            },
         ]
     }
 
@@ -433,6 +521,7 @@ mod display_tests {
                 | Error::Capturing { call, .. }
                 | Error::NotInCapture { call }
                 | Error::InHostFunction { call } => *call,
+                Error::UpdateRefused { .. } => "ExecGraph::update",
                 other => panic!("not a state error: {other:?}"),
             };
             assert!(text.starts_with(&format!("{call}: ")), "{text}");

@@ -7,11 +7,13 @@ use crate::alloc::GraphAllocation;
 use crate::check::Roles;
 use crate::deferred;
 use crate::device::Device;
-use crate::error::{AllocationRef, Error, Result, driver};
+use crate::error::{AllocationRef, Error, Result, UpdateRefusal, check, driver};
 use crate::flags::flag_set;
-use crate::graph::Graph;
+use crate::graph::{Graph, Node};
 use crate::handle::Handle;
 use crate::keep::KeepList;
+use crate::module::{Function, KernelArgs, LaunchConfig};
+use crate::node_kind::NodeKind;
 use crate::stream::AsStream;
 use crate::sys;
 use crate::uses::recorded;
@@ -156,27 +158,10 @@ impl Graph {
             foreign_frees,
             foreign_uses,
         } = roles;
-        // Every allocation the launch path locks, in id order (no deadlock between launches
-        // that share allocations).
-        let mut locked: Vec<GraphAllocation> = unfreed
-            .iter()
-            .chain(&foreign_frees)
-            .chain(&foreign_uses)
-            .cloned()
-            .collect();
-        locked.sort_by_key(GraphAllocation::id);
-        locked.dedup_by_key(|a| a.id());
-        let at = |list: &[GraphAllocation]| -> Vec<usize> {
-            list.iter()
-                .map(|a| {
-                    locked
-                        .binary_search_by_key(&a.id(), GraphAllocation::id)
-                        .unwrap_or_default()
-                })
-                .collect()
-        };
-        let (unfreed_at, frees_at, uses_at) = (at(&unfreed), at(&foreign_frees), at(&foreign_uses));
+        let (locked, [unfreed_at, frees_at, uses_at]) =
+            locked_order([&unfreed, &foreign_frees, &foreign_uses]);
         Ok(ExecGraph {
+            graph_id: self.id,
             keep: self.keep.clone(),
             last_launch: std::cell::RefCell::new(None),
             events: std::cell::RefCell::new(Vec::new()),
@@ -196,12 +181,35 @@ impl Graph {
     }
 }
 
+/// Every allocation of `lists`, once each, in id order (the order the launch path locks them
+/// in, so that launches that share allocations do not deadlock), and for each list the
+/// positions of its allocations in that order.
+fn locked_order<const N: usize>(
+    lists: [&[GraphAllocation]; N],
+) -> (Vec<GraphAllocation>, [Vec<usize>; N]) {
+    let mut locked: Vec<GraphAllocation> = lists.iter().flat_map(|l| l.iter()).cloned().collect();
+    locked.sort_by_key(GraphAllocation::id);
+    locked.dedup_by_key(|a| a.id());
+    let at = lists.map(|list| {
+        list.iter()
+            .map(|a| {
+                locked
+                    .binary_search_by_key(&a.id(), GraphAllocation::id)
+                    .unwrap_or_default()
+            })
+            .collect()
+    });
+    (locked, at)
+}
+
 /// An executable graph (`CUgraphExec`), destroyed on drop.
 ///
 /// `Send` but not `Sync`: CUDA does not allow launching one executable graph from two threads
 /// at once, so sharing one between threads takes a `Mutex`, which the compiler then requires.
 pub struct ExecGraph {
     raw: sys::CUgraphExec,
+    /// The id of the graph it was instantiated from: the graph whose nodes name its nodes.
+    graph_id: u64,
     device: Device,
     flags: InstantiateFlags,
     /// Allocated by this graph and not freed in it: live after a launch.
@@ -402,6 +410,210 @@ impl ExecGraph {
         driver!(unsafe { sys::cuGraphUpload(self.raw, stream.as_raw_stream()) })
     }
 
+    /// Updates it in place from `graph` (`cuGraphExecUpdate`): a graph of the same topology
+    /// (as many nodes, of the same kinds, with the same edges, added in the same order) whose
+    /// nodes' parameters differ: other kernel arguments, launch configurations or functions of
+    /// the same module's context, other memset or memcpy operands. Cheaper than instantiating
+    /// `graph`. The lifetime checks run on `graph` first. Launches queued before the update run
+    /// with the parameters they were queued with: what the previous graph's nodes refer to is
+    /// kept until they are done, and from now on what `graph`'s nodes refer to (the ownership
+    /// rule of the crate docs' "Safety model"); `graph` itself may be dropped or changed
+    /// afterwards.
+    ///
+    /// Graphs with memory nodes are refused, either side: an alloc node's address is fixed for
+    /// the life of its graph (G.3.1), so another graph's nodes use addresses that this
+    /// executable graph does not map. Update the kernel nodes of such a graph with
+    /// [`set_kernel_node_params`](ExecGraph::set_kernel_node_params), or instantiate the new
+    /// graph.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::*;
+    /// # fn main() -> Result<()> {
+    /// # let device = Device::get(0)?;
+    /// # let stream = Stream::new(&device)?;
+    /// # let module = Module::from_ptx(&device, "")?;
+    /// # let fill = module.function("fill_u32")?;
+    /// let out = DeviceBuffer::<u32>::zeroed(&device, 256)?;
+    /// let build = |value: u32| -> Result<Graph> {
+    ///     let mut graph = Graph::new(&device)?;
+    ///     let args = KernelArgs::new().ptr(&out).value(256u64).value(value);
+    ///     // SAFETY: fill_u32(unsigned* p, unsigned long long n, unsigned v) over `out`.
+    ///     unsafe { graph.add_kernel_node(&[], &fill, LaunchConfig::new((1, 1, 1), (256, 1, 1)), &args)? };
+    ///     Ok(graph)
+    /// };
+    /// let mut exec = build(1)?.instantiate(InstantiateFlags::NONE)?;
+    /// exec.launch(&stream)?;
+    /// exec.update(&build(2)?)?; // the next launch fills with 2
+    /// exec.launch(&stream)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// With the executable graph unchanged: [`Error::UpdateRefused`] with
+    /// [`UpdateRefusal::OtherDevice`] or [`UpdateRefusal::MemoryNodes`] before the driver is
+    /// called; [`Error::Lifetime`] when `graph` breaks a rule of [`crate::check`];
+    /// [`Device::bind`]'s errors; [`Error::UpdateRefused`] with the driver's reason and the
+    /// position of the node of `graph` it names when the driver refuses the update
+    /// (`CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE`); [`Error::Driver`] naming `cuGraphExecUpdate`
+    /// for another error.
+    pub fn update(&mut self, graph: &Graph) -> Result<()> {
+        let refused = |reason| Error::UpdateRefused { reason, node: None };
+        if graph.device.ordinal() != self.device.ordinal() {
+            return Err(refused(UpdateRefusal::OtherDevice));
+        }
+        if self.instantiated.is_some() || graph.has_memory_nodes() {
+            return Err(refused(UpdateRefusal::MemoryNodes));
+        }
+        let roles = graph.checked_roles()?;
+        self.device.bind()?;
+        let mut info = sys::CUgraphExecUpdateResultInfo {
+            result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+            errorNode: std::ptr::null_mut(),
+            errorFromNode: std::ptr::null_mut(),
+        };
+        // SAFETY: both handles are live; `info` is a valid out-pointer.
+        let code = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
+        if code == sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE {
+            let node = (!info.errorNode.is_null())
+                .then(|| graph.nodes.iter().position(|n| n.raw == info.errorNode))
+                .flatten();
+            return Err(Error::UpdateRefused {
+                reason: UpdateRefusal::from_raw(info.result),
+                node,
+            });
+        }
+        check(code, "cuGraphExecUpdate")?;
+        // What the previous nodes refer to stays until the launches queued so far are done.
+        let previous = std::mem::replace(&mut self.keep, graph.keep.clone());
+        self.release_after_last_launch(previous);
+        // Without memory nodes on either side, only the other graphs' allocations it uses change.
+        let (locked, [uses_at]) = locked_order([&roles.foreign_uses]);
+        self.foreign_uses = roles.foreign_uses;
+        self.locked = locked;
+        self.uses_at = uses_at;
+        Ok(())
+    }
+
+    /// Sets the function, launch configuration and arguments of one kernel node of this
+    /// executable graph (`cuGraphExecKernelNodeSetParams`), for the launches from now on;
+    /// `node` is a node of `graph`, the graph it was instantiated from (after an
+    /// [`update`](ExecGraph::update) too). The graph itself is not changed. The new function and whatever `args` passes with
+    /// [`KernelArgs::ptr`] are kept until the executable graph's last launch is done, and so is
+    /// what the node referred to before.
+    ///
+    /// The node may use no graph allocation that its record in `graph` does not use, and, for
+    /// an allocation of another graph, that the executable graph does not track now (after an
+    /// update, those of the graph it was updated from): so the lifetime checks made before
+    /// still hold and the launches stay ordered after the allocation's. A new allocation takes
+    /// a new graph (and [`update`](ExecGraph::update), or an instantiation).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphExecKernelNodeSetParams`, before the driver is
+    /// called, when `graph` is not the graph this executable graph was made from, `node` is not
+    /// one of its kernel nodes, or `args` passes a graph allocation the node did not use;
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuGraphExecKernelNodeSetParams`
+    /// when the driver refuses the change (a function of another context, for one).
+    ///
+    /// # Safety
+    ///
+    /// As [`Graph::add_kernel_node`]: `args` matches the function's parameters, and every
+    /// address passed as a plain value is valid whenever the node runs.
+    pub unsafe fn set_kernel_node_params(
+        &mut self,
+        graph: &Graph,
+        node: Node,
+        function: &Function,
+        config: LaunchConfig,
+        args: &KernelArgs,
+    ) -> Result<()> {
+        const CALL: &str = "cuGraphExecKernelNodeSetParams";
+        if graph.id != self.graph_id {
+            return Err(Error::invalid(
+                CALL,
+                "the graph is not the one this executable graph was made from",
+            ));
+        }
+        let record = &graph.nodes[graph.index_of(CALL, node)?];
+        if !matches!(record.kind, NodeKind::Kernel(_)) {
+            return Err(Error::invalid(
+                CALL,
+                format!("node {} is not a kernel node", node.index()),
+            ));
+        }
+        let covered = |a: &GraphAllocation| {
+            record.uses.iter().any(|u| u.same(a))
+                && (a.owner_graph() == graph.id || self.foreign_uses.iter().any(|u| u.same(a)))
+        };
+        if let Some(new) = args.graph_allocations().find(|a| !covered(a)) {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "{} is not among the allocations node {} uses and the executable graph tracks; the checks made before do not cover it",
+                    new.describe(),
+                    node.index()
+                ),
+            ));
+        }
+        self.device.bind()?;
+        args.with_pointers(|params| {
+            let node_params = sys::CUDA_KERNEL_NODE_PARAMS {
+                func: function.as_raw(),
+                gridDimX: config.grid.0,
+                gridDimY: config.grid.1,
+                gridDimZ: config.grid.2,
+                blockDimX: config.block.0,
+                blockDimY: config.block.1,
+                blockDimZ: config.block.2,
+                sharedMemBytes: config.shared_mem_bytes,
+                kernelParams: params,
+                ..Default::default()
+            };
+            // SAFETY: the executable graph is live, `record.raw` is a node of the graph it was
+            // made from (checked above) and that graph is alive (borrowed); the driver copies
+            // the argument values during the call; the caller vouches for their types.
+            driver!(unsafe {
+                sys::cuGraphExecKernelNodeSetParams_v2(self.raw, record.raw, &node_params)
+            })
+        })?;
+        self.keep
+            .extend(std::iter::once(function.keep()).chain(args.keeps()));
+        Ok(())
+    }
+
+    /// Lets go of `keep` once the launches queued so far are done (at once when there were
+    /// none).
+    fn release_after_last_launch(&self, keep: Arc<KeepList>) {
+        let last_launch = self.last_launch.borrow().clone();
+        let device = self.device.clone();
+        let mut keep = Some(keep);
+        deferred::release_after(self.device.ordinal(), move || {
+            if let Some(event) = &last_launch {
+                match event.is_complete() {
+                    Ok(false) => return false,
+                    Ok(true) => {}
+                    Err(e) => {
+                        // Whether the launches are done cannot be told: kept for the rest of
+                        // the process rather than freed under them.
+                        device.record(Err(e));
+                        std::mem::forget(keep.take());
+                    }
+                }
+            }
+            drop(keep.take());
+            true
+        });
+    }
+
+    /// The id of the graph it was instantiated from ([`Graph::id`]), whose nodes name this
+    /// executable graph's nodes, after updates too.
+    #[must_use]
+    pub fn graph_id(&self) -> u64 {
+        self.graph_id
+    }
+
     /// The flags it was instantiated with.
     #[must_use]
     pub fn flags(&self) -> InstantiateFlags {
@@ -437,35 +649,18 @@ impl Drop for ExecGraph {
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device.clone());
         let instantiated = self.instantiated.take();
-        let mut destroy = Some(raw);
-        let mut keep = Some(self.keep.clone());
-        let last_launch = self.last_launch.take();
-        deferred::release_after(device.ordinal(), move || {
-            if let Some(raw) = destroy.take() {
-                // SAFETY: owned and destroyed once; live allocations stay live (their handles
-                // free them).
-                let destroyed =
-                    driver!(unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) });
-                device.record(destroyed);
-                if let Some(flag) = &instantiated {
-                    flag.store(false, Ordering::Release);
-                }
+        deferred::release(device.ordinal(), move || {
+            // SAFETY: owned and destroyed once; live allocations stay live (their handles free
+            // them).
+            let destroyed = driver!(unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) });
+            device.record(destroyed);
+            if let Some(flag) = &instantiated {
+                flag.store(false, Ordering::Release);
             }
-            if let Some(event) = &last_launch {
-                match event.is_complete() {
-                    Ok(false) => return false,
-                    Ok(true) => {}
-                    Err(e) => {
-                        // Whether the launches are done cannot be told: keep what they may use
-                        // for the rest of the process rather than free it under them.
-                        device.record(Err(e));
-                        std::mem::forget(keep.take());
-                    }
-                }
-            }
-            drop(keep.take());
             true
         });
+        let keep = std::mem::take(&mut self.keep);
+        self.release_after_last_launch(keep);
         deferred::flush_if_queued();
     }
 }

@@ -287,7 +287,7 @@ impl Graph {
     }
 
     #[inline]
-    fn index_of(&self, call: &'static str, node: Node) -> Result<usize> {
+    pub(crate) fn index_of(&self, call: &'static str, node: Node) -> Result<usize> {
         if node.graph != self.id || node.index as usize >= self.nodes.len() {
             return Err(Error::invalid(
                 call,

@@ -257,7 +257,7 @@ pub use bytes::Bytes;
 pub use capture::{Capture, CaptureMode, capture};
 pub use deferred::{DropErrors, flush_deferred};
 pub use device::{Device, HEADERS_VERSION, device_count, driver_version, init};
-pub use error::{AllocationRef, DriverError, Error, Result};
+pub use error::{AllocationRef, DriverError, Error, Result, UpdateRefusal};
 pub use event::{Event, EventFlags};
 pub use exec::{ExecGraph, InstantiateFlags};
 pub use footprint::GraphMemInfo;
