@@ -181,6 +181,19 @@ impl Graph {
     }
 }
 
+/// Refuses a launch into a capture of this crate (the caller holds the gate): captured, the
+/// launch would become a node of the captured graph, whose runs the executable graph's event
+/// does not follow, and its drop would release what that node refers to.
+fn refuse_capture(stream: &impl AsStream) -> Result<()> {
+    if deferred::any_capture() && crate::stream::capture_id(stream.as_raw_stream())?.is_some() {
+        return Err(Error::Capturing {
+            call: "ExecGraph::launch",
+            instead: "add the graph to the graph being built as a child graph node (Graph::add_child_graph_node)",
+        });
+    }
+    Ok(())
+}
+
 /// Every allocation of `lists`, once each, in id order (the order the launch path locks them
 /// in, so that launches that share allocations do not deadlock), and for each list the
 /// positions of its allocations in that order.
@@ -260,8 +273,11 @@ impl ExecGraph {
     ///
     /// # Errors
     ///
-    /// [`Error::UnfreedOnRelaunch`] as above; [`Error::NotLive`] naming `ExecGraph::launch` and the
-    /// allocation when the graph frees or uses an allocation of another graph that is not live;
+    /// [`Error::UnfreedOnRelaunch`] as above; [`Error::Capturing`] naming `ExecGraph::launch`,
+    /// with nothing launched, when `stream` captures into a capture begun through this crate
+    /// (add the graph as a child graph node instead); [`Error::NotLive`] naming
+    /// `ExecGraph::launch` and the allocation when the graph frees or uses an allocation of
+    /// another graph that is not live;
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamGetId`, `cuStreamWaitEvent`
     /// (ordering the launch after other streams' uses and frees) or `cuGraphLaunch`. After the
     /// launch, [`Error::Driver`] naming `cuEventCreate` or `cuEventRecord` when the launch cannot
@@ -273,6 +289,9 @@ impl ExecGraph {
         {
             // Special streams (per-thread, legacy) need the context current.
             self.device.bind()?;
+            // No capture of this crate begins on the stream between the check and the launch.
+            let _gate = deferred::hold_gate();
+            refuse_capture(stream)?;
             // A graph with memory nodes maps graph memory as it runs (see `uses`).
             let _order = self
                 .instantiated
@@ -321,6 +340,7 @@ impl ExecGraph {
         // takes the gate. Taken only then, it would wait behind a `Capture::begin` that waits
         // for a thread holding the gate and waiting for one of these locks: a deadlock.
         let _gate = deferred::hold_gate();
+        refuse_capture(stream)?;
         // From the first wait to the event after the launch (see `uses`).
         let _order = crate::uses::hold_order_lock();
         let mut states: Vec<_> = self.locked.iter().map(|a| a.lock()).collect();

@@ -125,6 +125,7 @@
 //! | [`Graph::add_kernel_node`], [`Capture::launch`] (unsafe: argument types) | function, argument addresses | the list | `kernel_node_keeps_its_module_loaded`, `captured_launch_keeps_its_module_loaded` |
 //! | [`Graph::add_host_node`] | a closure | the list | `host_node_closure_lives_until_the_driver_is_done_with_it` |
 //! | [`Graph::add_event_record_node`], [`Graph::add_event_wait_node`] | an event | the list | `tests/safe_outside.rs` |
+//! | [`ExecGraph::update`], [`ExecGraph::set_kernel_node_params`] (unsafe: argument types) | the new graph's parameters; new kernel arguments | the executable graph's list, the previous one until the launches queued before are done | `update_keeps_the_previous_operands_until_queued_launches_are_done`, `set_kernel_node_params_changes_one_node_and_refuses_what_the_checks_do_not_cover` |
 //! | [`Graph::add_child_graph_node`] | a child graph | the driver's copy, and the child's list | `tests/safe_explicit.rs` |
 //! | [`Graph::add_mem_alloc_node`], [`Capture::malloc_async`] | an address fixed for the graph's life | the list; a second instantiation is refused while it is live | `second_instantiation_never_remaps_a_live_allocation` |
 //! | [`GraphAllocation::free_async`], [`Capture::free_async`], free nodes | a free | ordered after every known use (below) | `free_async_waits_for_a_queued_consumer_on_another_stream`, `relaunch_on_another_stream_keeps_a_pending_kernel_use`, `per_thread_stream_uses_from_two_threads_are_both_waited_for` |
@@ -144,7 +145,9 @@
 //! kernels that hand addresses to other kernels. [`Capture::launch_on`] and [`Capture::join`]
 //! refuse a stream that is not capturing into the capture
 //! (`capture_launch_on_a_stream_outside_the_capture_is_refused`), and [`Capture::begin`] a
-//! stream that already captures (`first_capture_writes_its_output_after_a_refused_second_begin`).
+//! stream that already captures (`first_capture_writes_its_output_after_a_refused_second_begin`),
+//! and [`ExecGraph::launch`] a stream that captures into a capture of this crate
+//! (`exec_graph_launched_into_a_capture_is_refused`).
 //! A consumer launched on another stream after its producer waits for it
 //! (`consumer_on_another_stream_reads_the_producers_data`).
 //!

@@ -1670,3 +1670,48 @@ fn relaunch_into_streams_another_thread_shares_stays_in_order() {
     );
     assert_no_drop_errors(&gpu.device);
 }
+
+/// An executable graph launched into a capture of this crate would become a node of the
+/// captured graph, whose runs its launch event does not follow: dropped afterwards, it would
+/// release what that node still refers to (a buffer the captured graph then writes after it is
+/// freed). The launch is refused with `Error::Capturing`, nothing is captured, the capture ends
+/// normally, and the executable graph still launches outside it.
+#[test]
+#[ignore = "needs a GPU"]
+fn exec_graph_launched_into_a_capture_is_refused() {
+    let Some(gpu) = safe_common::gpu("exec_graph_launched_into_a_capture_is_refused") else {
+        return;
+    };
+    let device = &gpu.device;
+    let s = stream(device);
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    // SAFETY: fill_u32(unsigned* p, unsigned long long n, unsigned v) over the N words of `out`.
+    unsafe {
+        graph.add_kernel_node(
+            &[],
+            &gpu.k.fill,
+            config(N),
+            &KernelArgs::new().ptr(&out).value(N).value(6u32),
+        )
+    }
+    .unwrap();
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let cap = Capture::begin(&s, CaptureMode::Global).unwrap();
+    let refused = exec.launch(cap.stream());
+    let captured = cap.end().unwrap();
+    println!("launch into the capture: {refused:?}");
+    assert!(
+        matches!(&refused, Err(cuda_graph::Error::Capturing { call, .. }) if *call == "ExecGraph::launch"),
+        "an executable graph launched into a capture: {refused:?}"
+    );
+    assert!(
+        captured.nodes().is_empty(),
+        "the refused launch left nodes in the captured graph: {:?}",
+        captured.nodes()
+    );
+    exec.launch(&s).unwrap();
+    s.synchronize().unwrap();
+    assert_all(&out.to_vec().unwrap(), 6, "the launch after the capture");
+    assert_no_drop_errors(device);
+}
