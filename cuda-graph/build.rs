@@ -1,6 +1,7 @@
 //! Turns the CUDA version that cuda-graph-sys found (`DEP_CUDA_GRAPH_SYS_VERSION`) into `cfg`s:
 //! `cuda_graph_child_move` where the headers have child-graph ownership transfer (12.9+), and
-//! `cuda_graph_cuda13` for CUDA 13 headers. Headers older than CUDA 12.3, which lack entry points
+//! `cuda_graph_cuda13` for CUDA 13 headers, `cuda_graph_cond_switch` where the headers have
+//! SWITCH conditional nodes (12.8+). Headers older than CUDA 12.3, which lack entry points
 //! the crate calls, stop the build with a message that says so.
 
 /// The oldest headers the crate builds with (`CUDA_VERSION`): 12.3 brought
@@ -11,6 +12,7 @@ fn main() {
     println!("cargo::rerun-if-env-changed=DEP_CUDA_GRAPH_SYS_VERSION");
     println!("cargo::rustc-check-cfg=cfg(cuda_graph_child_move)");
     println!("cargo::rustc-check-cfg=cfg(cuda_graph_cuda13)");
+    println!("cargo::rustc-check-cfg=cfg(cuda_graph_cond_switch)");
     let version: u32 = std::env::var("DEP_CUDA_GRAPH_SYS_VERSION")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -22,6 +24,9 @@ fn main() {
             version % 1000 / 10
         );
         std::process::exit(1);
+    }
+    if version >= 12080 {
+        println!("cargo::rustc-cfg=cuda_graph_cond_switch");
     }
     if version >= 12090 {
         println!("cargo::rustc-cfg=cuda_graph_child_move");

@@ -45,6 +45,12 @@ fn main() {
     if version.parse::<u32>().is_ok_and(|v| v >= 12090) {
         println!("cargo::rustc-cfg=cuda_graph_child_move");
     }
+    // ... and `cfg(cuda_graph_cond_switch)`: headers of CUDA 12.8 or newer have SWITCH
+    // conditional nodes.
+    println!("cargo::rustc-check-cfg=cfg(cuda_graph_cond_switch)");
+    if version.parse::<u32>().is_ok_and(|v| v >= 12080) {
+        println!("cargo::rustc-cfg=cuda_graph_cond_switch");
+    }
 
     // The runtime-API seed tests load their kernels with `cudaLibraryLoadData`, which the
     // oldest supported headers (12.3) lack: without it they are not built.

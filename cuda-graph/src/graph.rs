@@ -85,8 +85,12 @@ pub struct Graph {
     /// Set while an executable graph made from this graph exists (graphs with memory nodes
     /// allow only one).
     pub(crate) instantiated: Arc<AtomicBool>,
-    /// Whether this value destroys `raw` on drop (false once moved into a parent).
-    owns_raw: bool,
+    /// Whether this value destroys `raw` on drop (false once moved into a parent, and for a
+    /// conditional node's body, which its node owns).
+    pub(crate) owns_raw: bool,
+    /// Whether it is a conditional node's body, where memory nodes are refused
+    /// ([`crate::conditional`]).
+    pub(crate) in_body: bool,
     _tracked: crate::live_objects::Tracked,
 }
 
@@ -175,6 +179,7 @@ impl Graph {
             keep: Arc::new(KeepList::default()),
             instantiated: Arc::new(AtomicBool::new(false)),
             owns_raw: true,
+            in_body: false,
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Graph),
         }
     }
@@ -286,6 +291,18 @@ impl Graph {
         self.nodes.iter().any(|n| !n.mem.is_empty())
     }
 
+    /// Refuses a memory node in a conditional node's body: whether the body runs is decided on
+    /// the GPU, so the lifetime checks could not tell whether its allocation exists.
+    fn refuse_in_body(&self, call: &'static str) -> Result<()> {
+        if self.in_body {
+            return Err(Error::invalid(
+                call,
+                "a conditional node's body cannot hold memory nodes: whether it runs is decided on the GPU",
+            ));
+        }
+        Ok(())
+    }
+
     #[inline]
     pub(crate) fn index_of(&self, call: &'static str, node: Node) -> Result<usize> {
         if node.graph != self.id || node.index as usize >= self.nodes.len() {
@@ -340,7 +357,7 @@ impl Graph {
     /// node, the graph, and the dependencies' handles and count. Returns the node's handle and
     /// the dependencies' positions in the record.
     #[inline(always)]
-    fn add_raw(
+    pub(crate) fn add_raw(
         &self,
         call: &'static str,
         deps: &[Node],
@@ -409,6 +426,7 @@ impl Graph {
         params: &AllocParams,
     ) -> Result<(Node, GraphAllocation)> {
         const CALL: &str = "cuGraphAddMemAllocNode";
+        self.refuse_in_body(CALL)?;
         crate::alloc::check_size(CALL, &params.device, params.bytes)?;
         let descs = params.access_descs();
         let mut node_params = sys::CUDA_MEM_ALLOC_NODE_PARAMS {
@@ -454,6 +472,7 @@ impl Graph {
         allocation: &GraphAllocation,
     ) -> Result<Node> {
         const CALL: &str = "cuGraphAddMemFreeNode";
+        self.refuse_in_body(CALL)?;
         let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
             // SAFETY: `add_raw`'s pointers are valid for the call; the driver validates the
             // address.
@@ -834,6 +853,9 @@ impl Graph {
     #[cfg(cuda_graph_child_move)]
     pub fn add_child_graph_node_moved(&mut self, deps: &[Node], mut child: Graph) -> Result<Node> {
         const CALL: &str = "cuGraphAddNode";
+        if child.has_memory_nodes() {
+            self.refuse_in_body(CALL)?;
+        }
         // The parent's record folds the child into one node: the child's own order is checked
         // here, or never.
         child.check()?;

@@ -28,6 +28,8 @@ pub enum NodeKind {
     EventWait,
     /// A child graph.
     ChildGraph,
+    /// A conditional node ([`crate::conditional`]), with its bodies' uses.
+    Conditional,
     /// A node type of the driver that the builder does not make (seen in captured graphs).
     Other(u32),
 }
@@ -45,6 +47,7 @@ impl fmt::Display for NodeKind {
             NodeKind::EventRecord => f.write_str("event record node"),
             NodeKind::EventWait => f.write_str("event wait node"),
             NodeKind::ChildGraph => f.write_str("child graph node"),
+            NodeKind::Conditional => f.write_str("conditional node"),
             NodeKind::Other(t) => write!(f, "node of type {t}"),
         }
     }

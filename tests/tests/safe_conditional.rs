@@ -1,0 +1,243 @@
+//! Conditional nodes: IF, IF-ELSE, WHILE and SWITCH bodies chosen by a condition's default
+//! value, the lifetime rules around bodies (a body's use of a graph allocation is the
+//! conditional node's use), memory nodes refused inside bodies, and what a body refers to kept
+//! by the graph (a reuse probe). The condition is set by its default at every launch
+//! (`CU_GRAPH_COND_ASSIGN_DEFAULT`); setting it from device code needs a kernel that calls
+//! `cudaGraphSetConditional`, which the test kernels do not have.
+//!
+//! Each test skips without a GPU (prints `SKIPPED ...`) and fails instead under
+//! `CUDA_GRAPH_REQUIRE_GPU=1`.
+
+#[path = "safe_common/probe.rs"]
+mod probe;
+mod safe_common;
+
+use cuda_graph::{
+    AllocParams, AsStream, ConditionalKind, DeviceBuffer, Error, Graph, InstantiateFlags,
+    KernelArgs, Stream,
+};
+use probe::PATTERN;
+use safe_common::{BYTES, Gpu, N, assert_all, assert_no_drop_errors, config, gpu};
+
+/// Adds `fill_u32(out, N, value)` to `body`.
+fn fill(g: &Gpu, body: &mut Graph, out: &DeviceBuffer<u32>, value: u32) -> cuda_graph::Result<()> {
+    // SAFETY: fill_u32(unsigned* p, unsigned long long n, unsigned v) over the N values of `out`.
+    unsafe {
+        body.add_kernel_node(
+            &[],
+            &g.k.fill,
+            config(N),
+            &KernelArgs::new().ptr(out).value(N).value(value),
+        )
+    }
+    .map(drop)
+}
+
+/// Builds a graph with one conditional node of `kind` whose condition defaults to `value`;
+/// body i fills `out` with 100 + i. Launches it once and returns `out`'s first word (all words
+/// are checked to be equal).
+fn run(g: &Gpu, kind: ConditionalKind, value: u32) -> u32 {
+    let device = &g.device;
+    let stream = Stream::new(device).unwrap();
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    let condition = graph.add_condition(Some(value)).unwrap();
+    graph
+        .add_conditional_node(&[], &condition, kind, |bodies| {
+            for (i, body) in bodies.iter_mut().enumerate() {
+                fill(g, body, &out, 100 + i as u32)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    let got = out.to_vec().unwrap();
+    assert_all(&got, got[0], &format!("{kind:?} with condition {value}"));
+    got[0]
+}
+
+/// Each kind runs the body its condition selects, and none when it selects none.
+#[test]
+#[ignore = "needs a GPU"]
+fn conditional_kinds_run_the_body_the_condition_selects() {
+    let Some(g) = gpu("conditional_kinds_run_the_body_the_condition_selects") else {
+        return;
+    };
+    assert_eq!(run(&g, ConditionalKind::If, 1), 100, "IF, condition 1");
+    assert_eq!(
+        run(&g, ConditionalKind::If, 0),
+        0,
+        "IF, condition 0: no body"
+    );
+    assert_eq!(
+        run(&g, ConditionalKind::IfElse, 5),
+        100,
+        "IF-ELSE, condition 5"
+    );
+    assert_eq!(
+        run(&g, ConditionalKind::IfElse, 0),
+        101,
+        "IF-ELSE, condition 0: the else body"
+    );
+    assert_eq!(
+        run(&g, ConditionalKind::While, 0),
+        0,
+        "WHILE, condition 0: no run"
+    );
+    #[cfg(cuda_graph_cond_switch)]
+    {
+        assert_eq!(
+            run(&g, ConditionalKind::Switch(3), 2),
+            102,
+            "SWITCH(3), condition 2"
+        );
+        assert_eq!(
+            run(&g, ConditionalKind::Switch(3), 3),
+            0,
+            "SWITCH(3), condition 3: none"
+        );
+    }
+    assert_no_drop_errors(&g.device);
+}
+
+/// A body's use of a graph allocation is the conditional node's: the node between the alloc
+/// and the free node passes the checks and runs; the node with no edge from the alloc node is
+/// refused by the lifetime checks before instantiation. Memory nodes inside a body are refused
+/// before the driver; a condition of another graph too.
+#[test]
+#[ignore = "needs a GPU"]
+fn bodies_follow_the_lifetime_rules_and_hold_no_memory_nodes() {
+    let Some(g) = gpu("bodies_follow_the_lifetime_rules_and_hold_no_memory_nodes") else {
+        return;
+    };
+    let device = &g.device;
+    let stream = Stream::new(device).unwrap();
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let build = |ordered: bool| {
+        let mut graph = Graph::new(device).unwrap();
+        let (alloc, a) = graph
+            .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES))
+            .unwrap();
+        let condition = graph.add_condition(Some(1)).unwrap();
+        let deps = if ordered { vec![alloc] } else { Vec::new() };
+        let cond = graph
+            .add_conditional_node(&deps, &condition, ConditionalKind::If, |bodies| {
+                // SAFETY: fill_u32 over the N values of `a`, then copy_u32 of them to `out`.
+                unsafe {
+                    let f = bodies[0].add_kernel_node(
+                        &[],
+                        &g.k.fill,
+                        config(N),
+                        &KernelArgs::new().ptr(&a).value(N).value(42u32),
+                    )?;
+                    bodies[0].add_kernel_node(
+                        &[f],
+                        &g.k.copy,
+                        config(N),
+                        &KernelArgs::new().ptr(&out).ptr(&a).value(N),
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert!(
+            graph.nodes()[cond.index()].uses.iter().any(|u| u.same(&a)),
+            "the conditional node records its body's use of the allocation"
+        );
+        let free_deps = if ordered { vec![cond] } else { vec![alloc] };
+        graph.add_mem_free_node(&free_deps, &a).unwrap();
+        graph
+    };
+    let graph = build(true);
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_all(
+        &out.to_vec().unwrap(),
+        42,
+        "the body's copy of the allocation",
+    );
+
+    let unordered = build(false);
+    let err = unordered.instantiate(InstantiateFlags::NONE).unwrap_err();
+    println!("CASE body use not ordered after the alloc node: {err}");
+    assert!(matches!(err, Error::Lifetime(_)), "{err:?}");
+
+    let mut graph = Graph::new(device).unwrap();
+    let condition = graph.add_condition(Some(1)).unwrap();
+    let mut refused = None;
+    graph
+        .add_conditional_node(&[], &condition, ConditionalKind::If, |bodies| {
+            refused = Some(
+                bodies[0]
+                    .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES))
+                    .map(drop),
+            );
+            Ok(())
+        })
+        .unwrap();
+    let refused = refused.expect("the body was built");
+    println!("CASE alloc node in a body: {refused:?}");
+    assert!(
+        matches!(&refused, Err(Error::InvalidArgument { call, .. }) if *call == "cuGraphAddMemAllocNode"),
+        "{refused:?}"
+    );
+
+    let mut other = Graph::new(device).unwrap();
+    let foreign = other.add_condition(None).unwrap();
+    let err = graph
+        .add_conditional_node(&[], &foreign, ConditionalKind::If, |_| Ok(()))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { call, .. } if *call == "cuGraphAddNode"),
+        "{err:?}"
+    );
+    assert_no_drop_errors(device);
+}
+
+/// What a body refers to is kept by the graph: the body copies from a buffer whose handle is
+/// dropped as soon as the graph is built; a new buffer of the same size (the reuse probe,
+/// filled with a pattern) is allocated; the launch must still copy the old buffer's data.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_body_keeps_what_it_refers_to() {
+    let Some(g) = gpu("a_body_keeps_what_it_refers_to") else {
+        return;
+    };
+    let device = &g.device;
+    let stream = Stream::new(device).unwrap();
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let src = DeviceBuffer::from_slice(device, &vec![0x0303_0303u32; N as usize]).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    let condition = graph.add_condition(Some(1)).unwrap();
+    graph
+        .add_conditional_node(&[], &condition, ConditionalKind::If, |bodies| {
+            // SAFETY: copy_u32(unsigned* dst, const unsigned* src, unsigned long long n) over
+            // the N values of `out` and `src`.
+            unsafe {
+                bodies[0].add_kernel_node(
+                    &[],
+                    &g.k.copy,
+                    config(N),
+                    &KernelArgs::new().ptr(&out).ptr(&src).value(N),
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    drop(src);
+    let probe = DeviceBuffer::from_slice(device, &vec![PATTERN; N as usize]).unwrap();
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    drop(graph);
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_all(
+        &out.to_vec().unwrap(),
+        0x0303_0303,
+        "the body's copy (the source freed early reads the probe's pattern)",
+    );
+    assert_all(&probe.to_vec().unwrap(), PATTERN, "the probe");
+    assert_no_drop_errors(device);
+}
