@@ -92,7 +92,8 @@ impl<'s> Capture<'s, Stream> {
     ///
     /// [`Device::bind`]'s errors; [`Error::Capturing`] naming `cuStreamBeginCapture` when the
     /// stream already captures (before the driver is called); [`Error::InvalidArgument`] naming it
-    /// when the stream does not report the capture just begun (which is then ended); [`Error::Driver`] naming `cuStreamIsCapturing`,
+    /// when called from a `Drop` that the crate runs in a release (before the driver is called),
+    /// or when the stream does not report the capture just begun (which is then ended); [`Error::Driver`] naming `cuStreamIsCapturing`,
     /// `cuStreamBeginCapture` or `cuStreamGetCaptureInfo`.
     pub fn begin(stream: &'s Stream, mode: CaptureMode) -> Result<Capture<'s, Stream>> {
         Capture::begin_on(stream, mode)
@@ -103,6 +104,14 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// [`Capture::begin`] on any stream.
     fn begin_on(stream: &'s S, mode: CaptureMode) -> Result<Capture<'s, S>> {
         stream.device().bind()?;
+        if deferred::gate_held() {
+            // A `Drop` that the crate runs in a release (a host closure's captured value, say):
+            // the exclusive hold below would wait for this thread's own shared one.
+            return Err(Error::invalid(
+                "cuStreamBeginCapture",
+                "called from a value's Drop that the crate runs while it releases memory or other objects; a capture cannot begin there",
+            ));
+        }
         // Exclusive until the capture is registered: no release checked before it runs inside
         // it, and no free checked "not capturing" on this stream is captured.
         let _gate = deferred::exclusive_gate();

@@ -162,6 +162,12 @@ pub(crate) fn stop_releases_at_exit() {
     });
 }
 
+/// Whether this thread holds the gate (a release it runs, or an operation of the crate): an
+/// exclusive hold would then wait for itself.
+pub(crate) fn gate_held() -> bool {
+    GATE_DEPTH.get() > 0
+}
+
 /// Holds the gate exclusively: while a capture begins and is registered.
 pub(crate) fn exclusive_gate() -> RwLockWriteGuard<'static, ()> {
     GATE.write().unwrap_or_else(|e| e.into_inner())
