@@ -375,9 +375,12 @@ impl GraphAllocation {
         match crate::uses::recorded(&self.inner.device, stream, None) {
             Ok(event) => state.freed = Some((id, event)),
             Err(e) => {
-                // The owner's next launch could not be ordered after this free: wait for it.
-                stream.synchronize()?;
+                // The owner's next launch could not be ordered after this free: wait for it,
+                // or, where that is impossible, never map the address again.
                 state.freed = None;
+                if !crate::uses::wait_unmarked(stream) {
+                    state.doubt(call);
+                }
                 return Err(e);
             }
         }
@@ -466,8 +469,16 @@ impl LiveState {
         self.live
     }
 
-    /// Makes `stream` (id `id`) wait for the launch that allocated it, when that ran elsewhere.
+    /// Work that `queued_by` queued on it can neither be marked nor waited for: it is kept,
+    /// and no free, use or new mapping is ordered after that work ([`Error::InDoubt`]).
+    pub(crate) fn doubt(&mut self, queued_by: &'static str) {
+        self.uses.doubt(queued_by);
+    }
+
+    /// Makes `stream` (id `id`) wait for the launch that allocated it, when that ran elsewhere;
+    /// [`Error::InDoubt`] when work on it could not be tracked.
     pub(crate) fn order_use(&self, stream: sys::CUstream, id: u64) -> Result<()> {
+        self.uses.tracked()?;
         match &self.allocated {
             Some((s, event)) if *s != id => wait(stream, event),
             _ => Ok(()),
@@ -509,6 +520,7 @@ impl LiveState {
     /// Makes `stream` (id `id`), about to launch the owning graph again, wait for the last free
     /// outside it when that ran on another stream.
     pub(crate) fn order_realloc(&self, stream: sys::CUstream, id: u64) -> Result<()> {
+        self.uses.tracked()?;
         match &self.freed {
             Some((s, event)) if *s != id => wait(stream, event),
             _ => Ok(()),

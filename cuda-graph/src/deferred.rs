@@ -345,8 +345,12 @@ pub(crate) fn enqueue_from_driver(ordinal: usize, job: Box<dyn FnMut() -> bool +
     wake_release_thread();
 }
 
-/// How often the release thread looks at the queue while jobs wait in it.
+/// How often the release thread looks at the queue while jobs wait in it, at first...
 const POLL: std::time::Duration = std::time::Duration::from_micros(500);
+/// ...and at least, once looks that release nothing have doubled the interval: each look
+/// queries every waiting job, so a long wait (a slow launch, a long capture) must not cost a
+/// query per job every `POLL`. A new job, or one released, starts again at `POLL`.
+const POLL_MAX: std::time::Duration = std::time::Duration::from_millis(8);
 
 /// Wakes the release thread, started at the first call.
 fn wake_release_thread() {
@@ -364,24 +368,33 @@ fn wake_release_thread() {
             .name("cuda-graph-release".into())
             .spawn(move || {
                 let (woken, signal) = &*theirs;
-                let mut waiting = 0;
+                let (mut waiting, mut poll) = (0, POLL);
                 loop {
                     let mut flag = lock(woken);
+                    let mut was_woken = *flag;
                     while !*flag {
                         if waiting == 0 {
                             flag = signal.wait(flag).unwrap_or_else(|e| e.into_inner());
+                            was_woken = true;
                         } else {
                             // Jobs wait for the GPU or for a capture: look again shortly.
-                            flag = signal
-                                .wait_timeout(flag, POLL)
-                                .unwrap_or_else(|e| e.into_inner())
-                                .0;
+                            let timeout;
+                            (flag, timeout) = signal
+                                .wait_timeout(flag, poll)
+                                .unwrap_or_else(|e| e.into_inner());
+                            was_woken = !timeout.timed_out();
                             break;
                         }
                     }
                     *flag = false;
                     drop(flag);
+                    let before = waiting;
                     waiting = if exiting() { 0 } else { flush_deferred() };
+                    poll = if was_woken || waiting < before {
+                        POLL
+                    } else {
+                        (poll * 2).min(POLL_MAX)
+                    };
                 }
             })
             .ok()

@@ -83,6 +83,16 @@ pub enum Error {
         /// ([`Graph::nodes`](crate::Graph::nodes)), if one is named.
         node: Option<usize>,
     },
+    /// Work on some memory was queued (by `queued_by`) but could neither be marked with an event
+    /// (its record failed) nor waited for (a capture of this crate forbade the synchronize, or
+    /// it failed): the crate cannot tell when that work ends, so it orders no free and no
+    /// further use after it, and keeps the memory, and what the work refers to, for the rest
+    /// of the process. Returned by later frees and uses; recorded in
+    /// [`Device::drop_errors`](crate::Device::drop_errors) where a drop meets it.
+    InDoubt {
+        /// The operation that queued the work.
+        queued_by: &'static str,
+    },
     /// An argument the safe layer rejects before calling CUDA.
     InvalidArgument {
         /// The operation.
@@ -160,6 +170,10 @@ impl fmt::Display for Error {
             Error::InHostFunction { call } => write!(
                 f,
                 "{call}: called from a host node's function, where CUDA must not be called"
+            ),
+            Error::InDoubt { queued_by } => write!(
+                f,
+                "{queued_by}: the work it queued could neither be marked with an event nor waited for; the memory it uses is kept, and no free or use is ordered after it"
             ),
             Error::UpdateRefused { reason, node } => {
                 write!(f, "ExecGraph::update: {reason}")?;
@@ -485,6 +499,9 @@ mod display_tests {
             Error::InHostFunction {
                 call: "Device::bind",
             },
+            Error::InDoubt {
+                queued_by: "ExecGraph::launch",
+            },
             Error::UpdateRefused {
                 reason: UpdateRefusal::ParametersChanged,
                 node: Some(4),
@@ -520,7 +537,8 @@ mod display_tests {
                 | Error::AlreadyInstantiated { call }
                 | Error::Capturing { call, .. }
                 | Error::NotInCapture { call }
-                | Error::InHostFunction { call } => *call,
+                | Error::InHostFunction { call }
+                | Error::InDoubt { queued_by: call } => *call,
                 Error::UpdateRefused { .. } => "ExecGraph::update",
                 other => panic!("not a state error: {other:?}"),
             };

@@ -16,7 +16,10 @@ use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::node_kind::NodeKind;
 use crate::stream::AsStream;
 use crate::sys;
-use crate::uses::recorded;
+use crate::uses::spare_event;
+
+/// The launch, as [`Error::InDoubt`] names it.
+const LAUNCH: &str = "ExecGraph::launch";
 
 /// Instantiation flags (`CUgraphInstantiate_flags`), a bit-set:
 /// `InstantiateFlags::AUTO_FREE_ON_LAUNCH | InstantiateFlags::UPLOAD`. The raw bits are a `u64`,
@@ -163,6 +166,8 @@ impl Graph {
         Ok(ExecGraph {
             graph_id: self.id,
             keep: self.keep.clone(),
+            node_keeps: Vec::new(),
+            in_doubt: std::cell::Cell::new(false),
             last_launch: std::cell::RefCell::new(None),
             events: std::cell::RefCell::new(Vec::new()),
             unfreed_at,
@@ -242,6 +247,13 @@ pub struct ExecGraph {
     events: std::cell::RefCell<Vec<Arc<crate::event::Event>>>,
     /// What the nodes refer to: the graph's list, shared with it (the ownership rule).
     keep: Arc<KeepList>,
+    /// What kernel nodes set with [`ExecGraph::set_kernel_node_params`] refer to, by node
+    /// position: one entry a node, the latest setting (an earlier one is released after the
+    /// launches queued before it).
+    node_keeps: Vec<(usize, Arc<KeepList>)>,
+    /// A launch was queued whose end cannot be known (its event record failed and the stream
+    /// could not be waited for): nothing it refers to is ever released.
+    in_doubt: std::cell::Cell<bool>,
     /// An event recorded after the latest launch. Launches of one executable graph run one after
     /// another (`cuGraphLaunch`: each is ordered behind the previous launches of the graph), so
     /// once it has completed no launch can use what `keep` holds.
@@ -297,21 +309,22 @@ impl ExecGraph {
                 .instantiated
                 .is_some()
                 .then(crate::uses::hold_order_lock);
-            // SAFETY: both handles are live.
-            driver!(unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) })?;
             let mut last = self.last_launch.borrow_mut();
-            return match recorded(&self.device, stream, last.take()) {
-                Ok(event) => {
-                    *last = Some(event);
-                    Ok(())
-                }
-                Err(e) => {
-                    // Queued but not marked: wait for it, so that a drop cannot release what it
-                    // uses before it is done.
-                    let _ = stream.synchronize();
-                    Err(e)
-                }
-            };
+            // Made before the launch, so that a failure to make it leaves nothing queued.
+            let event = spare_event(&self.device, &mut last)?;
+            // SAFETY: both handles are live.
+            let launched = driver!(unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) });
+            let marked = launched.and_then(|()| event.record(stream));
+            // A failed launch or record leaves the event as it was: after the launch before,
+            // or never recorded.
+            if marked.is_ok() || last.is_none() {
+                *last = Some(event);
+            }
+            if let Err(e) = marked {
+                self.after_unmarked(&mut [], stream);
+                return Err(e);
+            }
+            return Ok(());
         }
         self.launch_with_allocations(stream)
     }
@@ -370,31 +383,50 @@ impl ExecGraph {
                 states[at].order_realloc(raw, id)?;
             }
         }
+        // One event after the launch, shared by every allocation it made, used or freed; an
+        // earlier one that no allocation holds any more is recorded again. Made before the
+        // launch, so that a failure to make it leaves nothing queued.
+        let mut pool = self.events.borrow_mut();
+        let mut spare = pool
+            .iter()
+            .position(|e| Arc::strong_count(e) == 1)
+            .map(|i| pool.swap_remove(i));
+        let event = spare_event(&self.device, &mut spare)?;
         // SAFETY: both handles are live; every allocation the graph uses or frees outside
         // itself is live and ordered before this point of the stream.
         driver!(unsafe { sys::cuGraphLaunch(self.raw, raw) })?;
-        // One event after the launch, shared by every allocation it made, used or freed; an
-        // earlier one that no allocation holds any more is recorded again.
-        let mut pool = self.events.borrow_mut();
-        let spare = pool.iter().position(|e| Arc::strong_count(e) == 1);
-        let event = match recorded(&self.device, stream, spare.map(|i| pool.swap_remove(i))) {
-            Ok(event) => Some(event),
-            Err(e) => {
-                // The launch is queued but cannot be marked: wait for it, so that what it
-                // allocated, used and freed is in a known state, then report the error.
-                let _ = stream.synchronize();
+        if let Err(e) = event.record(stream) {
+            if self.after_unmarked(&mut states, stream) {
+                // Done: what it allocated, used and freed is in a known state.
                 self.mark(&mut states, id, None);
-                return Err(e);
             }
-        };
-        if let Some(event) = &event {
-            if pool.len() < 4 {
-                pool.push(event.clone());
-            }
-            *self.last_launch.borrow_mut() = Some(event.clone());
+            return Err(e);
         }
-        self.mark(&mut states, id, event.as_ref());
+        if pool.len() < 4 {
+            pool.push(event.clone());
+        }
+        *self.last_launch.borrow_mut() = Some(event.clone());
+        self.mark(&mut states, id, Some(&event));
         Ok(())
+    }
+
+    /// A launch is queued on `stream` but its event could not be recorded: waits for it
+    /// (`true`: it is done). Where it cannot be waited for, the launch's end is unknown: the
+    /// allocations' states (`states`) and what the nodes refer to are kept for the rest of the
+    /// process ([`Error::InDoubt`]).
+    fn after_unmarked(
+        &self,
+        states: &mut [std::sync::MutexGuard<'_, crate::alloc::LiveState>],
+        stream: &impl AsStream,
+    ) -> bool {
+        if crate::uses::wait_unmarked(stream) {
+            return true;
+        }
+        self.in_doubt.set(true);
+        for state in states {
+            state.doubt(LAUNCH);
+        }
+        false
     }
 
     /// Records a launch on the stream of id `id` in the allocations' states; `event` was
@@ -505,9 +537,11 @@ impl ExecGraph {
             });
         }
         check(code, "cuGraphExecUpdate")?;
-        // What the previous nodes refer to stays until the launches queued so far are done.
+        // What the previous nodes refer to stays until the launches queued so far are done,
+        // and so do the settings of single nodes, which the update replaced.
         let previous = std::mem::replace(&mut self.keep, graph.keep.clone());
-        self.release_after_last_launch(previous);
+        let settings = std::mem::take(&mut self.node_keeps);
+        self.release_after_last_launch((previous, settings));
         // Without memory nodes on either side, only the other graphs' allocations it uses change.
         let (locked, [uses_at]) = locked_order([&roles.foreign_uses]);
         self.foreign_uses = roles.foreign_uses;
@@ -598,14 +632,32 @@ impl ExecGraph {
                 sys::cuGraphExecKernelNodeSetParams_v2(self.raw, record.raw, &node_params)
             })
         })?;
-        self.keep
-            .extend(std::iter::once(function.keep()).chain(args.keeps()));
+        // The node's previous setting stays until the launches queued so far are done; the
+        // graph's list keeps what the node referred to at instantiation.
+        let index = graph.index_of(CALL, node)?;
+        let set = KeepList::default();
+        set.extend(std::iter::once(function.keep()).chain(args.keeps()));
+        let set = Arc::new(set);
+        match self.node_keeps.iter_mut().find(|(at, _)| *at == index) {
+            Some((_, previous)) => {
+                let previous = std::mem::replace(previous, set);
+                self.release_after_last_launch(previous);
+            }
+            None => self.node_keeps.push((index, set)),
+        }
         Ok(())
     }
 
     /// Lets go of `keep` once the launches queued so far are done (at once when there were
-    /// none).
-    fn release_after_last_launch(&self, keep: Arc<KeepList>) {
+    /// none). After a launch whose end is unknown ([`Error::InDoubt`]), never: it is kept for
+    /// the rest of the process, and the error recorded.
+    fn release_after_last_launch<T: Send + 'static>(&self, keep: T) {
+        if self.in_doubt.get() {
+            self.device
+                .record_drop_error(Error::InDoubt { queued_by: LAUNCH });
+            std::mem::forget(keep);
+            return;
+        }
         let last_launch = self.last_launch.borrow().clone();
         let device = self.device.clone();
         let mut keep = Some(keep);
@@ -679,7 +731,10 @@ impl Drop for ExecGraph {
             }
             true
         });
-        let keep = std::mem::take(&mut self.keep);
+        let keep = (
+            std::mem::take(&mut self.keep),
+            std::mem::take(&mut self.node_keeps),
+        );
         self.release_after_last_launch(keep);
         deferred::flush_if_queued();
     }

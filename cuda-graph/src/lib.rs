@@ -170,7 +170,9 @@
 //! capture ends (or at [`flush_deferred`]); the queue is one per process. A stream-ordered
 //! free on a stream that captures waits for the capture to end; a [`Stream`] dropped meanwhile
 //! is destroyed after it. Captures begun by other code are not known: a release that then fails
-//! is recorded, not retried. A forgotten [`Capture`] guard leaves its stream capturing until the
+//! is recorded, not retried, and work the crate queues on a stream that such a capture records
+//! is outside what it sees: the `unsafe` that began it, or [`BorrowedStream::from_raw`]'s
+//! contract, keeps the two apart. A forgotten [`Capture`] guard leaves its stream capturing until the
 //! [`Stream`] drops, which ends the capture and records [`Error::CaptureLeftOpen`]
 //! (`forgotten_capture_is_ended_when_its_stream_drops`). Once the process begins to exit
 //! (an exit handler registered at [`init`], which runs before the driver's own teardown),
@@ -196,6 +198,17 @@
 //! **No error is dropped.** Driver errors met in `Drop`, and panics of values dropped by a
 //! deferred release, are counted per device, with the last one: [`Device::drop_errors`]. The
 //! GPU tests assert the record stays empty.
+//!
+//! **Work that cannot be marked is waited for, or kept.** Every launch and stream operation on
+//! memory the crate tracks is followed by an event that later frees wait for; a launch's event
+//! is made before the launch, so that failing to make it queues nothing. When the record fails
+//! after the work is queued, the crate synchronizes the stream; where it cannot (a capture of
+//! this crate forbids the synchronize, or it fails), the work's end is unknown, and what it
+//! refers to is kept for the rest of the process: later frees and uses of its memory return
+//! [`Error::InDoubt`], and the executable graph's drop records it instead of releasing its list
+//! (`tests/attack_new.rs`, `launch_whose_event_fails_during_a_global_capture_is_never_counted_done`).
+//! [`ExecGraph::set_kernel_node_params`] keeps one setting per node, releasing the one before
+//! after the launches queued with it (`set_kernel_node_params_keeps_the_latest_setting_only`).
 //!
 //! **Bits are validated; sizes are checked.** Device memory is read back only as
 //! [`bytemuck::Pod`] types (`DeviceBuffer<&T>`, `<bool>`, `<char>` do not compile:

@@ -284,7 +284,8 @@ impl Handle for Function {
 ///   ([`Error::NotLive`]) and ordering the stream after the launch that allocated it, under the
 ///   allocations' locks (in id order) so that no free slips between the check and `op`; each
 ///   use is then recorded for later frees to wait for (when that fails, the stream is
-///   synchronized before the error is returned);
+///   synchronized before the error is returned, or, where it cannot be, the allocations are
+///   kept in doubt: [`Error::InDoubt`]);
 /// - uses of stream allocations are recorded for their frees to wait for (likewise).
 pub(crate) fn stream_ordered(
     call: &'static str,
@@ -316,7 +317,7 @@ pub(crate) fn stream_ordered(
     }
     if !has_allocations {
         op()?;
-        return operands.note_stream_uses(stream);
+        return operands.note_stream_uses(call, stream);
     }
     if stream.capture_status()? != CaptureStatus::None {
         return Err(refused_in_capture(call));
@@ -336,14 +337,16 @@ pub(crate) fn stream_ordered(
     for (a, state) in allocations.iter().zip(&mut states) {
         recorded = recorded.and_then(|()| state.used_on(a.device(), stream, id));
     }
-    if recorded.is_err() {
-        // The operation is queued but not every use is recorded: wait for it, so that no free
-        // can overtake it, then report the error.
-        let _ = stream.synchronize();
+    if recorded.is_err() && !crate::uses::wait_unmarked(stream) {
+        // The operation is queued, not every use is recorded, and it cannot be waited for:
+        // no free may be ordered after it.
+        for state in &mut states {
+            state.doubt(call);
+        }
     }
     drop(states);
     recorded?;
-    operands.note_stream_uses(stream)
+    operands.note_stream_uses(call, stream)
 }
 
 /// A launch with graph allocations on a capturing stream, made without its [`Capture`]
@@ -586,14 +589,17 @@ impl KernelArgs {
         f(pointers.as_mut_ptr())
     }
 
-    /// After a launch on a stream: stream allocations among the arguments are not freed
-    /// before it. When a use cannot be recorded, the stream is synchronized before the error is
-    /// returned: the queued work is done, so that no free can overtake it.
-    fn note_stream_uses(&self, stream: &impl AsStream) -> Result<()> {
+    /// After `call` queued work on a stream: stream allocations among the arguments are not
+    /// freed before it. When a use cannot be recorded, the stream is synchronized before the
+    /// error is returned, so that no free can overtake the work; where that is impossible, the
+    /// allocation is kept ([`Error::InDoubt`]).
+    fn note_stream_uses(&self, call: &'static str, stream: &impl AsStream) -> Result<()> {
         for owner in &self.owners {
             if let ArgOwner::Stream(m) = owner {
                 if let Err(e) = m.note_stream_use(stream) {
-                    let _ = stream.synchronize();
+                    if !crate::uses::wait_unmarked(stream) {
+                        m.doubt(call);
+                    }
                     return Err(e);
                 }
             }

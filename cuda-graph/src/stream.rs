@@ -197,7 +197,8 @@ impl Stream {
     /// # Safety
     ///
     /// `raw` is a live stream of `device`'s primary context that nothing else destroys; this
-    /// value destroys it when dropped.
+    /// value destroys it when dropped. No capture begun outside this crate records it while the
+    /// crate queues work on it (as for [`BorrowedStream::from_raw`]).
     #[must_use]
     pub unsafe fn from_raw(raw: sys::CUstream, device: &Device) -> Stream {
         Stream {
@@ -396,7 +397,10 @@ impl BorrowedStream<'_> {
     /// `CU_STREAM_PER_THREAD`) that stays live for the lifetime `'a` chosen by the caller, and,
     /// if a [`StreamAllocation`](crate::StreamAllocation) on it is dropped while it captures,
     /// until the free the crate then queues on it has run (after the capture ends; see
-    /// [`flush_deferred`](crate::flush_deferred)).
+    /// [`flush_deferred`](crate::flush_deferred)). While the crate queues work on it, no capture
+    /// begun outside this crate (raw `cuStreamBeginCapture`, another library) records it: the
+    /// crate cannot see such a capture, and work it queues there would become a node of a graph
+    /// that keeps nothing the work refers to alive.
     #[must_use]
     pub unsafe fn from_raw<'a>(raw: sys::CUstream, device: &Device) -> BorrowedStream<'a> {
         BorrowedStream {

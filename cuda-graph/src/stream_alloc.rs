@@ -40,6 +40,15 @@ impl StreamMemory {
         let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
         uses.note(&self.device, stream, id)
     }
+
+    /// Work that `queued_by` queued on it can neither be marked nor waited for: it is never
+    /// freed ([`Error::InDoubt`]).
+    pub(crate) fn doubt(&self, queued_by: &'static str) {
+        self.uses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .doubt(queued_by);
+    }
 }
 
 impl Drop for StreamMemory {

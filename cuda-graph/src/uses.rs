@@ -21,7 +21,7 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::device::Device;
-use crate::error::{Result, driver};
+use crate::error::{Error, Result, driver};
 use crate::event::{Event, EventFlags};
 use crate::stream::AsStream;
 use crate::sys;
@@ -30,6 +30,27 @@ use crate::sys;
 #[derive(Debug, Default)]
 pub(crate) struct StreamUses {
     entries: Vec<(u64, Arc<Event>)>,
+    /// Set when work that uses the memory was queued but could neither be marked with an event
+    /// nor waited for ([`wait_unmarked`]): the call that queued it. From then on no free or
+    /// use can be ordered after that work, so every [`wait_on`](StreamUses::wait_on) fails and
+    /// the memory is kept for the rest of the process.
+    in_doubt: Option<&'static str>,
+}
+
+/// An event to record after work about to be queued: `reuse` when it is held nowhere else
+/// (taken out of the option), else a new one (`reuse` left as it was). Made before the work is
+/// queued, so that a failure to make it leaves nothing queued and unmarked.
+pub(crate) fn spare_event(device: &Device, reuse: &mut Option<Arc<Event>>) -> Result<Arc<Event>> {
+    match reuse.take() {
+        Some(event) if Arc::strong_count(&event) == 1 => Ok(event),
+        other => {
+            *reuse = other;
+            Ok(Arc::new(Event::with_flags(
+                device,
+                EventFlags::DISABLE_TIMING,
+            )?))
+        }
+    }
 }
 
 /// An event recorded after some work: `event` on `stream`, or a new one. An event held
@@ -37,14 +58,19 @@ pub(crate) struct StreamUses {
 pub(crate) fn recorded(
     device: &Device,
     stream: &impl AsStream,
-    reuse: Option<Arc<Event>>,
+    mut reuse: Option<Arc<Event>>,
 ) -> Result<Arc<Event>> {
-    let event = match reuse {
-        Some(event) if Arc::strong_count(&event) == 1 => event,
-        _ => Arc::new(Event::with_flags(device, EventFlags::DISABLE_TIMING)?),
-    };
+    let event = spare_event(device, &mut reuse)?;
     event.record(stream)?;
     Ok(event)
+}
+
+/// Work is queued on `stream` but could not be marked with an event: waits for it, so that
+/// nothing the crate frees later can overtake it. `false` when it cannot be waited for (a
+/// capture of this crate forbids the synchronize here, or the synchronize fails): then when
+/// the work ends is unknown, and what it uses must be kept ([`StreamUses::doubt`]).
+pub(crate) fn wait_unmarked(stream: &impl AsStream) -> bool {
+    crate::deferred::release_allowed() && stream.synchronize().is_ok()
 }
 
 impl StreamUses {
@@ -76,8 +102,24 @@ impl StreamUses {
         }
     }
 
-    /// Makes `stream` (id `id`) wait for the uses on every other stream.
+    /// Work that `queued_by` queued on the memory can neither be marked nor waited for
+    /// ([`wait_unmarked`]): no free or use is ordered after it from now on.
+    pub(crate) fn doubt(&mut self, queued_by: &'static str) {
+        self.in_doubt.get_or_insert(queued_by);
+    }
+
+    /// [`Error::InDoubt`] when work on the memory could not be tracked ([`doubt`](Self::doubt)).
+    pub(crate) fn tracked(&self) -> Result<()> {
+        match self.in_doubt {
+            Some(queued_by) => Err(Error::InDoubt { queued_by }),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes `stream` (id `id`) wait for the uses on every other stream; [`Error::InDoubt`]
+    /// when one of them could not be tracked.
     pub(crate) fn wait_on(&self, stream: sys::CUstream, id: Option<u64>) -> Result<()> {
+        self.tracked()?;
         for (s, event) in &self.entries {
             if Some(*s) != id {
                 wait(stream, event)?;
@@ -86,7 +128,8 @@ impl StreamUses {
         Ok(())
     }
 
-    /// Forgets every use (the memory was freed, or allocated anew).
+    /// Forgets every use (the memory was freed, or allocated anew); work in doubt is not
+    /// forgotten.
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
     }

@@ -1263,7 +1263,8 @@ static CUresult add_node(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, siz
     if (d) {
         if (op)
             push_op(d, *op);
-        *n = new_handle(K_NODE, NULL);
+        /* A node with an op names it by position (1-based), for the executable graph's setters. */
+        *n = new_handle(K_NODE, op ? (void *)(uintptr_t)d->n : NULL);
     }
     pthread_mutex_unlock(&big);
     return d ? OK : CUDA_ERROR_INVALID_VALUE;
@@ -1493,6 +1494,34 @@ CUresult cuGraphExecDestroy(CUgraphExec x)
     }
     pthread_mutex_unlock(&big);
     return e ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+/* A kernel node's new function and arguments for later launches. Launches queued before keep
+ * the ops they were queued with, as the driver's do: the executable graph gets a copy of its
+ * ops (and its held objects move to it); the old copy, which queued launches read, is left
+ * behind. */
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    struct ent *e = live(x, K_EXEC, "cuGraphExecKernelNodeSetParams");
+    struct ent *ne = live(node, K_NODE, "cuGraphExecKernelNodeSetParams");
+    size_t at = ne ? (size_t)(uintptr_t)ne->desc : 0;
+    struct gdesc *old = e ? e->desc : NULL;
+    int ok = old && at > 0 && at <= old->n && old->ops[at - 1].type == OP_KERNEL;
+    if (ok) {
+        struct op op = {.type = OP_KERNEL, .a = (uintptr_t)p->func};
+        op.np = read_args(p->func, p->kernelParams, op.p, "cuGraphExecKernelNodeSetParams");
+        struct gdesc *xd = calloc(1, sizeof *xd);
+        append_ops(xd, old);
+        xd->ops[at - 1] = op;
+        xd->objs = old->objs, xd->nobj = old->nobj, xd->capobj = old->capobj;
+        old->objs = NULL, old->nobj = old->capobj = 0;
+        xd->flags = old->flags;
+        xd->graph = old->graph;
+        e->desc = xd;
+    }
+    pthread_mutex_unlock(&big);
+    return ok ? OK : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* Captured graphs read back as their chain. */

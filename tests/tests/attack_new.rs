@@ -627,3 +627,158 @@ fn memset_2d_node_into_a_graph_allocation_is_a_checked_use() {
         memset_2d_allocation_body,
     );
 }
+
+// ------------------------------------------------------------------ launches and their keep lists
+
+/// A graph of one memset of `buf` (no memory nodes: the launch's fast path).
+fn memset_graph(d: &Device, buf: &DeviceBuffer<u32>) -> Graph {
+    let mut g = Graph::new(d).unwrap();
+    g.add_memset_node(&[], buf, 7, WORDS).unwrap();
+    g
+}
+
+/// Runs `body` while another thread holds a `Global` capture of a stream of its own open.
+fn during_global_capture(d: &Device, body: impl FnOnce()) {
+    let (begun, ready) = mpsc::channel();
+    let (finish, finished) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let c = Stream::new(d).unwrap();
+            capture(&c, CaptureMode::Global, |_| {
+                begun.send(()).unwrap();
+                finished.recv().unwrap();
+                Ok(())
+            })
+            .unwrap();
+        });
+        ready.recv().unwrap();
+        body();
+        finish.send(()).unwrap();
+    });
+}
+
+/// Launches whose event cannot be made or recorded while another thread captures in `Global`
+/// mode, where no stream may be synchronized: a missing event refuses the launch before the
+/// driver is called, and a failed record after the launch leaves what the launch uses kept and
+/// in doubt, never released or freed under it. Before, both fell back to a synchronize, which
+/// the capture refused (the stub reports it under `HUNT_GLOBAL_CAPTURE`), and the error was
+/// ignored: the launch counted as done.
+fn unmarked_launch_body() {
+    let d = Device::get(0).unwrap();
+    let s = Stream::new(&d).unwrap();
+    let buf = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    let g = memset_graph(&d, &buf);
+    let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
+    // A graph that uses an allocation of another graph: the launch path with allocations.
+    let (_producer, _producer_exec, x) = live_allocation(&d, &s);
+    s.synchronize().unwrap();
+    let mut consumer = Graph::new(&d).unwrap();
+    consumer.add_memset_node(&[], &x, 9, WORDS).unwrap();
+    let consumer_exec = consumer.instantiate(InstantiateFlags::NONE).unwrap();
+    let failed = |r: cuda_graph::Result<()>, call: &str| {
+        assert!(
+            matches!(&r, Err(Error::Driver(e)) if e.call == call),
+            "expected a {call} error: {r:?}"
+        );
+    };
+    during_global_capture(&d, || {
+        for launch in [&exec, &consumer_exec] {
+            fail_next(c"cuEventCreate");
+            failed(launch.launch(&s), "cuEventCreate");
+            fail_next(c"cuEventRecord");
+            failed(launch.launch(&s), "cuEventRecord");
+        }
+    });
+    assert_eq!(
+        hunt_errors(),
+        0,
+        "the stub reported misuse (a synchronize inside the Global capture)"
+    );
+    s.synchronize().unwrap();
+    let buffers = cuda_graph::live_objects().device_buffers;
+    // The launches' ends are unknown: what they refer to stays, and the allocation they used
+    // is neither freed nor used again.
+    drop((exec, g, buf, consumer_exec, consumer));
+    flush_deferred();
+    assert_eq!(
+        cuda_graph::live_objects().device_buffers,
+        buffers,
+        "the memset's buffer was released after a launch whose end is unknown"
+    );
+    let freed = x.free_async(&s);
+    assert!(
+        matches!(
+            freed,
+            Err(Error::InDoubt {
+                queued_by: "ExecGraph::launch"
+            })
+        ),
+        "{freed:?}"
+    );
+    assert!(x.is_live());
+    let errors = d.drop_errors();
+    assert!(
+        matches!(errors.last, Some(Error::InDoubt { .. })),
+        "{errors:?}"
+    );
+    s.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn launch_whose_event_fails_during_a_global_capture_is_never_counted_done() {
+    isolated(
+        "launch_whose_event_fails_during_a_global_capture_is_never_counted_done",
+        &[("HUNT_GLOBAL_CAPTURE", "1")],
+        unmarked_launch_body,
+    );
+}
+
+/// `set_kernel_node_params` on one node, 50 times, each with a new buffer dropped afterwards:
+/// the executable graph keeps the node's latest setting (and the graph's own operand), not
+/// every setting it was ever given. Before, each call appended to the shared keep list, which
+/// held all 50 buffers until the executable graph and the graph were gone.
+fn set_params_body() {
+    let d = Device::get(0).unwrap();
+    let s = Stream::new(&d).unwrap();
+    let module = Module::from_ptx(&d, cuda_graph::kernels::PTX).unwrap();
+    let fill = module.function("fill_u32").unwrap();
+    let first = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    let args =
+        |buf: &DeviceBuffer<u32>, v: u32| KernelArgs::new().ptr(buf).value(WORDS as u64).value(v);
+    let mut g = Graph::new(&d).unwrap();
+    // SAFETY: fill_u32(u32* p, u64 n, u32 v) over a buffer of WORDS values, here and below.
+    let node = unsafe { g.add_kernel_node(&[], &fill, cfg(), &args(&first, 1)) }.unwrap();
+    let mut exec = g.instantiate(InstantiateFlags::NONE).unwrap();
+    let before = cuda_graph::live_objects().device_buffers;
+    for v in 0..50 {
+        let buf = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+        // SAFETY: as above.
+        unsafe { exec.set_kernel_node_params(&g, node, &fill, cfg(), &args(&buf, v)) }.unwrap();
+        exec.launch(&s).unwrap();
+        if v % 2 == 0 {
+            s.synchronize().unwrap();
+        }
+        drop(buf);
+    }
+    s.synchronize().unwrap();
+    flush_deferred();
+    let kept = cuda_graph::live_objects().device_buffers - before;
+    assert!(
+        kept <= 1,
+        "{kept} buffers of earlier settings are still kept"
+    );
+    drop(exec);
+    flush_deferred();
+    assert_eq!(cuda_graph::live_objects().device_buffers, before);
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn set_kernel_node_params_keeps_the_latest_setting_only() {
+    isolated(
+        "set_kernel_node_params_keeps_the_latest_setting_only",
+        &[],
+        set_params_body,
+    );
+}
