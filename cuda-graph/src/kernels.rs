@@ -16,5 +16,28 @@
 //! | `sum_u32` | `(const u32* p, u64 n, u64* out)` | `*out += Σ p[i]` |
 //! | `spin_then_fill_u32` | `(u32* p, u64 n, u32 v, u64 cycles)` | waits `cycles` clock cycles, then `p[i] = v` |
 
+//!
+//! The kernels that set a conditional node's condition from the device
+//! (`cudaGraphSetConditional`, `kernels/condition_kernels.cu`) need the device runtime, which a
+//! PTX module cannot link at load time; they come as a fatbin instead, [`CONDITION_FATBIN`]:
+//!
+//! | kernel | parameters | effect |
+//! |---|---|---|
+//! | `count_to_then_clear` | `(CUgraphConditionalHandle h, u32* counter, u32 limit)` | `*counter += 1`; clears `h` once `*counter` reaches `limit` |
+//! | `set_condition_from` | `(CUgraphConditionalHandle h, const u32* value)` | sets `h` to `*value` |
+
 /// The PTX text of `kernels/graph_kernels.cu`.
 pub const PTX: &str = include_str!("../kernels/graph_kernels.ptx");
+
+/// A fatbin's image, aligned as the driver reads it.
+#[repr(C, align(64))]
+struct Aligned<const N: usize>([u8; N]);
+
+static FATBIN: Aligned<{ include_bytes!("../kernels/condition_kernels.fatbin").len() }> =
+    Aligned(*include_bytes!("../kernels/condition_kernels.fatbin"));
+
+/// `kernels/condition_kernels.cu` linked against the device runtime: SASS for sm_75, sm_80,
+/// sm_86, sm_89, sm_90, sm_100 and sm_120, made by the workspace's `ci/gen-condition-fatbin.sh`
+/// with CUDA 13.0's nvcc (a driver older than that may refuse it). Load it with
+/// [`Module::from_cubin`](crate::Module::from_cubin).
+pub static CONDITION_FATBIN: &[u8] = &FATBIN.0;

@@ -2,8 +2,10 @@
 //! value, the lifetime rules around bodies (a body's use of a graph allocation is the
 //! conditional node's use), memory nodes refused inside bodies, and what a body refers to kept
 //! by the graph (a reuse probe). The condition is set by its default at every launch
-//! (`CU_GRAPH_COND_ASSIGN_DEFAULT`); setting it from device code needs a kernel that calls
-//! `cudaGraphSetConditional`, which the test kernels do not have.
+//! (`CU_GRAPH_COND_ASSIGN_DEFAULT`), or from device code by the kernels of
+//! `kernels::CONDITION_FATBIN`, which call `cudaGraphSetConditional`: a WHILE loop that a kernel
+//! ends, over a counter in a graph allocation, and an IF whose condition a kernel reads from
+//! memory.
 //!
 //! Each test skips without a GPU (prints `SKIPPED ...`) and fails instead under
 //! `CUDA_GRAPH_REQUIRE_GPU=1`.
@@ -14,7 +16,7 @@ mod safe_common;
 
 use cuda_graph::{
     AllocParams, AsStream, ConditionalKind, DeviceBuffer, Error, Graph, InstantiateFlags,
-    KernelArgs, Stream,
+    KernelArgs, LaunchConfig, Module, Stream,
 };
 use probe::PATTERN;
 use safe_common::{BYTES, Gpu, N, assert_all, assert_no_drop_errors, config, gpu};
@@ -239,5 +241,82 @@ fn a_body_keeps_what_it_refers_to() {
         "the body's copy (the source freed early reads the probe's pattern)",
     );
     assert_all(&probe.to_vec().unwrap(), PATTERN, "the probe");
+    assert_no_drop_errors(device);
+}
+
+/// The condition set on the GPU: a WHILE loop whose body's `count_to_then_clear` adds 1 to a
+/// counter in a graph allocation and clears the condition once it reaches the limit (the graph
+/// then copies the counter out and frees the allocation), for limits 1, 10 and 1000, launched
+/// twice each; and an IF without a default whose condition `set_condition_from` reads from
+/// device memory, 0 then 1.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_kernel_sets_the_condition_on_the_gpu() {
+    let Some(g) = gpu("a_kernel_sets_the_condition_on_the_gpu") else {
+        return;
+    };
+    let device = &g.device;
+    let module = Module::from_cubin(device, cuda_graph::kernels::CONDITION_FATBIN).unwrap();
+    let count_to = module.function("count_to_then_clear").unwrap();
+    let set_from = module.function("set_condition_from").unwrap();
+    let one = LaunchConfig::new((1, 1, 1), (32, 1, 1));
+    let stream = Stream::new(device).unwrap();
+    let out = DeviceBuffer::<u32>::zeroed(device, 1).unwrap();
+    for limit in [1u32, 10, 1000] {
+        let mut graph = Graph::new(device).unwrap();
+        let (alloc, counter) = graph
+            .add_mem_alloc_node(&[], &AllocParams::new(device, 4).label("counter"))
+            .unwrap();
+        let zeroed = graph.add_memset_node(&[alloc], &counter, 0, 1).unwrap();
+        let condition = graph.add_condition(Some(1)).unwrap();
+        let looped = graph
+            .add_conditional_node(&[zeroed], &condition, ConditionalKind::While, |bodies| {
+                let args = KernelArgs::new()
+                    .value(condition.as_raw())
+                    .ptr(&counter)
+                    .value(limit);
+                // SAFETY: count_to_then_clear(CUgraphConditionalHandle h, unsigned* counter,
+                // unsigned limit): this graph's condition and a counter of one word.
+                unsafe { bodies[0].add_kernel_node(&[], &count_to, one, &args)? };
+                Ok(())
+            })
+            .unwrap();
+        let copied = graph.add_memcpy_node(&[looped], &out, &counter, 4).unwrap();
+        graph.add_mem_free_node(&[copied], &counter).unwrap();
+        let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+        for launch in 0..2 {
+            exec.launch(&stream).unwrap();
+            stream.synchronize().unwrap();
+            assert_eq!(
+                out.to_vec().unwrap()[0],
+                limit,
+                "WHILE until the counter reaches {limit}, launch {launch}"
+            );
+        }
+    }
+    let value = DeviceBuffer::<u32>::zeroed(device, 1).unwrap();
+    let filled = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    let condition = graph.add_condition(None).unwrap();
+    let args = KernelArgs::new().value(condition.as_raw()).ptr(&value);
+    // SAFETY: set_condition_from(CUgraphConditionalHandle h, const unsigned* value): this
+    // graph's condition and one word.
+    let set = unsafe { graph.add_kernel_node(&[], &set_from, one, &args) }.unwrap();
+    graph
+        .add_conditional_node(&[set], &condition, ConditionalKind::If, |bodies| {
+            fill(&g, &mut bodies[0], &filled, 5)
+        })
+        .unwrap();
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    for (v, want) in [(0u32, 0u32), (1, 5)] {
+        value.copy_from(&[v]).unwrap();
+        exec.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+        assert_all(
+            &filled.to_vec().unwrap(),
+            want,
+            &format!("IF set to {v} on the GPU"),
+        );
+    }
     assert_no_drop_errors(device);
 }

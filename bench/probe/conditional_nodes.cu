@@ -1,0 +1,134 @@
+// What the driver does with conditional nodes, in plain CUDA, and what compute-sanitizer's
+// memcheck makes of them. Built and run on the GPU machine (the WHILE body's kernel sets the
+// condition with cudaGraphSetConditional, which the device runtime provides):
+//
+//   nvcc -O2 -rdc=true -o conditional_nodes bench/probe/conditional_nodes.cu -lcuda -lcudadevrt
+//   ./conditional_nodes && compute-sanitizer --tool memcheck ./conditional_nodes
+//   ./conditional_nodes cuda-graph/kernels/condition_kernels.fatbin   # it loads, with its kernels
+//
+// Cases, each launched once and its output checked:
+//   if        an IF node, condition defaulting to 1 at every launch, whose body fills a buffer
+//   while     a WHILE node, condition defaulting to 1, whose body adds 1 to a counter and
+//             clears the condition from the device once the counter reaches 10
+// Prints one line per case: ok, or what it found.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        int e_ = (int)(x);                                                                     \
+        if (e_) { fprintf(stderr, "%s failed: %d (line %d)\n", #x, e_, __LINE__); exit(1); }   \
+    } while (0)
+
+__global__ void fill(unsigned *p, unsigned long long n, unsigned v) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}
+
+__global__ void count_to(cudaGraphConditionalHandle h, unsigned *counter, unsigned limit) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        unsigned c = ++*counter;
+        if (c >= limit) cudaGraphSetConditional(h, 0);
+    }
+}
+
+// Adds a conditional node of `type` to `g`; returns its body.
+static cudaGraph_t conditional(cudaGraph_t g, cudaGraphConditionalHandle h, cudaGraphConditionalNodeType type) {
+    cudaGraphNodeParams p = {};
+    p.type = cudaGraphNodeTypeConditional;
+    p.conditional.handle = h;
+    p.conditional.type = type;
+    p.conditional.size = 1;
+    cudaGraphNode_t node;
+#if CUDART_VERSION >= 13000
+    CK(cudaGraphAddNode(&node, g, nullptr, nullptr, 0, &p));
+#else
+    CK(cudaGraphAddNode(&node, g, nullptr, 0, &p));
+#endif
+    return p.conditional.phGraph_out[0];
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        // A fatbin of ci/gen-condition-fatbin.sh: it loads, and has its kernels.
+        FILE *f = fopen(argv[1], "rb");
+        if (!f) { perror(argv[1]); return 1; }
+        static char image[1 << 22];
+        size_t len = fread(image, 1, sizeof image, f);
+        fclose(f);
+        CK(cudaFree(0));
+        CUmodule m;
+        CUfunction fn;
+        CK(cuModuleLoadData(&m, image));
+        CK(cuModuleGetFunction(&fn, m, "count_to_then_clear"));
+        CK(cuModuleGetFunction(&fn, m, "set_condition_from"));
+        printf("conditional probe: %s (%zu bytes) loads with cuModuleLoadData and has its kernels\n", argv[1], len);
+        return 0;
+    }
+    const unsigned long long n = 1 << 16;
+    unsigned *buf, *counter;
+    CK(cudaMalloc(&buf, n * 4));
+    CK(cudaMalloc(&counter, 4));
+    CK(cudaMemset(buf, 0, n * 4));
+    CK(cudaMemset(counter, 0, 4));
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+
+    {
+        cudaGraph_t g;
+        CK(cudaGraphCreate(&g, 0));
+        cudaGraphConditionalHandle h;
+        CK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+        cudaGraph_t body = conditional(g, h, cudaGraphCondTypeIf);
+        cudaKernelNodeParams k = {};
+        unsigned v = 7;
+        void *args[] = {&buf, (void *)&n, &v};
+        k.func = (void *)fill;
+        k.gridDim = dim3((unsigned)(n / 256));
+        k.blockDim = dim3(256);
+        k.kernelParams = args;
+        cudaGraphNode_t kn;
+        CK(cudaGraphAddKernelNode(&kn, body, nullptr, 0, &k));
+        cudaGraphExec_t x;
+        CK(cudaGraphInstantiate(&x, g, 0));
+        CK(cudaGraphLaunch(x, s));
+        cudaError_t e = cudaStreamSynchronize(s);
+        unsigned first = 0;
+        if (e == cudaSuccess) CK(cudaMemcpy(&first, buf + n - 1, 4, cudaMemcpyDeviceToHost));
+        printf("conditional probe: if: %s (last word %u, want 7)\n",
+               e != cudaSuccess ? cudaGetErrorName(e) : first == 7 ? "ok" : "WRONG", first);
+        if (e != cudaSuccess) return 1;
+        CK(cudaGraphExecDestroy(x));
+        CK(cudaGraphDestroy(g));
+    }
+    {
+        cudaGraph_t g;
+        CK(cudaGraphCreate(&g, 0));
+        cudaGraphConditionalHandle h;
+        CK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+        cudaGraph_t body = conditional(g, h, cudaGraphCondTypeWhile);
+        cudaKernelNodeParams k = {};
+        unsigned limit = 10;
+        void *args[] = {&h, &counter, &limit};
+        k.func = (void *)count_to;
+        k.gridDim = dim3(1);
+        k.blockDim = dim3(32);
+        k.kernelParams = args;
+        cudaGraphNode_t kn;
+        CK(cudaGraphAddKernelNode(&kn, body, nullptr, 0, &k));
+        cudaGraphExec_t x;
+        CK(cudaGraphInstantiate(&x, g, 0));
+        CK(cudaGraphLaunch(x, s));
+        cudaError_t e = cudaStreamSynchronize(s);
+        unsigned c = 0;
+        if (e == cudaSuccess) CK(cudaMemcpy(&c, counter, 4, cudaMemcpyDeviceToHost));
+        printf("conditional probe: while: %s (counter %u, want 10)\n",
+               e != cudaSuccess ? cudaGetErrorName(e) : c == 10 ? "ok" : "WRONG", c);
+        if (e != cudaSuccess) return 1;
+        CK(cudaGraphExecDestroy(x));
+        CK(cudaGraphDestroy(g));
+    }
+    return 0;
+}
