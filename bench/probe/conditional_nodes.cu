@@ -10,6 +10,8 @@
 //   if        an IF node, condition defaulting to 1 at every launch, whose body fills a buffer
 //   while     a WHILE node, condition defaulting to 1, whose body adds 1 to a counter and
 //             clears the condition from the device once the counter reaches 10
+//   if-ptx    (with PROBE_PTX=path) the IF case with fill_u32 of that PTX file, JIT-compiled by
+//             cuModuleLoadData and added with cuGraphAddKernelNode, as the crate does
 // Prints one line per case: ok, or what it found.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -99,6 +101,44 @@ int main(int argc, char **argv) {
         if (e == cudaSuccess) CK(cudaMemcpy(&first, buf + n - 1, 4, cudaMemcpyDeviceToHost));
         printf("conditional probe: if: %s (last word %u, want 7)\n",
                e != cudaSuccess ? cudaGetErrorName(e) : first == 7 ? "ok" : "WRONG", first);
+        if (e != cudaSuccess) return 1;
+        CK(cudaGraphExecDestroy(x));
+        CK(cudaGraphDestroy(g));
+    }
+    if (const char *path = getenv("PROBE_PTX")) {
+        FILE *f = fopen(path, "rb");
+        if (!f) { perror(path); return 1; }
+        static char ptx[1 << 22];
+        ptx[fread(ptx, 1, sizeof ptx - 1, f)] = 0;
+        fclose(f);
+        CUmodule m;
+        CUfunction fn;
+        CK(cuModuleLoadData(&m, ptx));
+        CK(cuModuleGetFunction(&fn, m, "fill_u32"));
+        CK(cudaMemset(buf, 0, n * 4));
+        cudaGraph_t g;
+        CK(cudaGraphCreate(&g, 0));
+        cudaGraphConditionalHandle h;
+        CK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+        cudaGraph_t body = conditional(g, h, cudaGraphCondTypeIf);
+        unsigned v = 9;
+        CUdeviceptr d = (CUdeviceptr)buf;
+        void *args[] = {&d, (void *)&n, &v};
+        CUDA_KERNEL_NODE_PARAMS k = {};
+        k.func = fn;
+        k.gridDimX = (unsigned)(n / 256), k.gridDimY = 1, k.gridDimZ = 1;
+        k.blockDimX = 256, k.blockDimY = 1, k.blockDimZ = 1;
+        k.kernelParams = args;
+        CUgraphNode kn;
+        CK(cuGraphAddKernelNode(&kn, body, nullptr, 0, &k));
+        cudaGraphExec_t x;
+        CK(cudaGraphInstantiate(&x, g, 0));
+        CK(cudaGraphLaunch(x, s));
+        cudaError_t e = cudaStreamSynchronize(s);
+        unsigned last = 0;
+        if (e == cudaSuccess) CK(cudaMemcpy(&last, buf + n - 1, 4, cudaMemcpyDeviceToHost));
+        printf("conditional probe: if-ptx: %s (last word %u, want 9)\n",
+               e != cudaSuccess ? cudaGetErrorName(e) : last == 9 ? "ok" : "WRONG", last);
         if (e != cudaSuccess) return 1;
         CK(cudaGraphExecDestroy(x));
         CK(cudaGraphDestroy(g));
