@@ -314,7 +314,7 @@ impl ExecGraph {
             let event = spare_event(&self.device, &mut last)?;
             // SAFETY: both handles are live.
             let launched = driver!(unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) });
-            let marked = launched.and_then(|()| event.record(stream));
+            let marked = launched.and_then(|()| event.record_bound(stream));
             // A failed launch or record leaves the event as it was: after the launch before,
             // or never recorded.
             if marked.is_ok() || last.is_none() {
@@ -395,7 +395,7 @@ impl ExecGraph {
         // SAFETY: both handles are live; every allocation the graph uses or frees outside
         // itself is live and ordered before this point of the stream.
         driver!(unsafe { sys::cuGraphLaunch(self.raw, raw) })?;
-        if let Err(e) = event.record(stream) {
+        if let Err(e) = event.record_bound(stream) {
             if self.after_unmarked(&mut states, stream) {
                 // Done: what it allocated, used and freed is in a known state.
                 self.mark(&mut states, id, None);
