@@ -61,6 +61,13 @@ typedef struct gb_cycle_times {
     uint64_t instantiate_ns; /* cudaGraphInstantiate */
 } gb_cycle_times;
 
+/* One step of the kernel chain's update (gb_update_step). */
+typedef struct gb_update_times {
+    uint64_t build_ns;       /* cudaGraphCreate + k kernel nodes */
+    uint64_t update_ns;      /* cudaGraphExecUpdate of the kept executable graph from it */
+    uint64_t instantiate_ns; /* cudaGraphInstantiate of a graph built the same way */
+} gb_update_times;
+
 /* One run of the same work without a graph (gb_stream_chain). */
 typedef struct gb_stream_times {
     uint64_t enqueue_ns; /* `iters` x k x (cudaMallocAsync, cudaLaunchKernel, cudaFreeAsync) */
@@ -84,17 +91,23 @@ enum {
 };
 
 /* What gb_open sets up: the device, the kernels, and the stream the chain workloads run on;
- * and the chain gb_graph_chain leaves for gb_launch_sync, until gb_release_chain. */
+ * the chain gb_graph_chain leaves for gb_launch_sync, until gb_release_chain; and the kernel
+ * chain gb_update_chain sets up for gb_update_step, until gb_release_update. */
 typedef struct gb_ctx {
     int device;
     cudaLibrary_t library;
     cudaKernel_t fill;      /* fill_u32(unsigned *p, unsigned long long n, unsigned v) */
     cudaKernel_t spin_fill; /* spin_then_fill_u32(p, n, v, unsigned long long spins) */
+    cudaKernel_t add;       /* add_u32(unsigned *p, unsigned long long n, unsigned v) */
     cudaStream_t stream;
     cudaGraph_t chain_graph;
     cudaGraphExec_t chain_exec;
     void **chain_escaped; /* GB_ESCAPING: the chain's allocations, live after each launch */
     unsigned int chain_escaped_count;
+    unsigned int *update_buffer;  /* the kernel chain's buffer (cudaMalloc), shape.elements values */
+    cudaGraphExec_t update_exec;  /* instantiated from step 0's chain, updated at every step */
+    unsigned int update_k;
+    gb_shape update_shape;
 } gb_ctx;
 
 /* Graphs of the footprint scenarios, as in graphMemoryFootprint. */
@@ -180,6 +193,7 @@ out:
 /* ---------------------------------------------------------------- set-up */
 
 int gb_release_chain(gb_ctx *ctx, gb_error *err);
+int gb_release_update(gb_ctx *ctx, gb_error *err);
 
 int gb_open(const char *ptx, int device, gb_ctx **out_ctx, gb_error *err)
 {
@@ -195,6 +209,7 @@ int gb_open(const char *ptx, int device, gb_ctx **out_ctx, gb_error *err)
     CK(cudaLibraryLoadData, (&ctx->library, ptx, NULL, NULL, 0, NULL, NULL, 0));
     CK(cudaLibraryGetKernel, (&ctx->fill, ctx->library, "fill_u32"));
     CK(cudaLibraryGetKernel, (&ctx->spin_fill, ctx->library, "spin_then_fill_u32"));
+    CK(cudaLibraryGetKernel, (&ctx->add, ctx->library, "add_u32"));
 #else
     (void)ptx;
     fail(err, "cudaLibraryLoadData (needs CUDA 12.5 headers or newer)", cudaErrorNotSupported,
@@ -226,6 +241,9 @@ int gb_close(gb_ctx *ctx, gb_error *err)
     if (gb_release_chain(ctx, err) != 0) {
         goto out;
     }
+    if (gb_release_update(ctx, err) != 0) {
+        goto out;
+    }
     CK(cudaStreamSynchronize, (ctx->stream));
     CK(cudaStreamDestroy, (ctx->stream));
     ctx->stream = NULL;
@@ -242,6 +260,12 @@ out:
         (void)cudaGraphDestroy(ctx->chain_graph);
     }
     free(ctx->chain_escaped);
+    if (ctx->update_exec != NULL) {
+        (void)cudaGraphExecDestroy(ctx->update_exec);
+    }
+    if (ctx->update_buffer != NULL) {
+        (void)cudaFree(ctx->update_buffer);
+    }
     if (ctx->stream != NULL) {
         (void)cudaStreamDestroy(ctx->stream);
     }
@@ -255,7 +279,7 @@ out:
 }
 
 /* The sizes of the structures above, for src/c_path.rs to check its copies of them against. */
-void gb_layout(unsigned long long sizes[6])
+void gb_layout(unsigned long long sizes[7])
 {
     sizes[0] = sizeof(gb_error);
     sizes[1] = sizeof(gb_shape);
@@ -263,6 +287,7 @@ void gb_layout(unsigned long long sizes[6])
     sizes[3] = sizeof(gb_stream_times);
     sizes[4] = sizeof(gb_mem);
     sizes[5] = sizeof(gb_cycle_times);
+    sizes[6] = sizeof(gb_update_times);
 }
 
 /* The runtime's version (cudaRuntimeGetVersion), for the report. */
@@ -600,6 +625,169 @@ int gb_stream_chain(gb_ctx *ctx, unsigned int k, const gb_shape *shape, unsigned
 out:
     (void)cudaStreamSynchronize(stream);
     return -1;
+}
+
+/* ---------------------------------------------------------------- updating in place */
+
+/* The value node i of the kernel chain adds at step `step`: as update_value in src/workload.rs. */
+static unsigned int update_value(unsigned int step, unsigned int i)
+{
+    return step + i;
+}
+
+/*
+ * The kernel chain of step `step`: k kernel nodes add_u32(buffer, n, update_value(step, i)), each
+ * after the previous one, no memory nodes (an alloc node's address is fixed for the life of its
+ * graph, so a graph with memory nodes cannot be updated from another). On success *out_graph
+ * holds the graph; on an error nothing is left.
+ */
+static int build_add_chain(gb_ctx *ctx, unsigned int step, cudaGraph_t *out_graph, gb_error *err)
+{
+    cudaGraph_t graph = NULL;
+    cudaGraphNode_t prev = NULL;
+    void *dptr = ctx->update_buffer;
+    unsigned long long n = ctx->update_shape.elements;
+    const dim3 grid = dim1(ctx->update_shape.grid);
+    const dim3 block = dim1(ctx->update_shape.block);
+
+    CK(cudaGraphCreate, (&graph, 0));
+    for (unsigned int i = 0; i < ctx->update_k; i++) {
+        cudaGraphNode_t kernel_node;
+        struct cudaKernelNodeParams kernel_params;
+        unsigned int v = update_value(step, i);
+        void *args[3];
+
+        args[0] = &dptr;
+        args[1] = &n;
+        args[2] = &v;
+        memset(&kernel_params, 0, sizeof kernel_params);
+        kernel_params.func = (void *)ctx->add;
+        kernel_params.gridDim = grid;
+        kernel_params.blockDim = block;
+        kernel_params.sharedMemBytes = 0;
+        kernel_params.kernelParams = args;
+        kernel_params.extra = NULL;
+        CK(cudaGraphAddKernelNode,
+           (&kernel_node, graph, prev == NULL ? NULL : &prev, prev == NULL ? 0 : 1, &kernel_params));
+        prev = kernel_node;
+    }
+    *out_graph = graph;
+    return 0;
+out:
+    if (graph != NULL) {
+        (void)cudaGraphDestroy(graph);
+    }
+    return -1;
+}
+
+/* Destroys what gb_update_chain set up, if anything, after its launches finish. */
+int gb_release_update(gb_ctx *ctx, gb_error *err)
+{
+    if (ctx->update_exec != NULL) {
+        CK(cudaStreamSynchronize, (ctx->stream));
+        CK(cudaGraphExecDestroy, (ctx->update_exec));
+        ctx->update_exec = NULL;
+    }
+    if (ctx->update_buffer != NULL) {
+        CK(cudaFree, (ctx->update_buffer));
+        ctx->update_buffer = NULL;
+    }
+    return 0;
+out:
+    return -1;
+}
+
+/*
+ * Sets up the kernel chain for gb_update_step: a buffer of shape->elements values (cudaMalloc)
+ * and an executable graph instantiated from step 0's chain of k kernel nodes.
+ */
+int gb_update_chain(gb_ctx *ctx, unsigned int k, const gb_shape *shape, gb_error *err)
+{
+    cudaGraph_t graph = NULL;
+
+    if (gb_release_update(ctx, err) != 0) {
+        return -1;
+    }
+    ctx->update_k = k;
+    ctx->update_shape = *shape;
+    CK(cudaMalloc, ((void **)&ctx->update_buffer, (size_t)shape->elements * sizeof(unsigned int)));
+    if (build_add_chain(ctx, 0, &graph, err) != 0) {
+        goto out;
+    }
+    CK(cudaGraphInstantiate, (&ctx->update_exec, graph, 0));
+    CK(cudaGraphDestroy, (graph));
+    return 0;
+out:
+    if (graph != NULL) {
+        (void)cudaGraphDestroy(graph);
+    }
+    return -1;
+}
+
+/*
+ * One step of the kernel chain (step >= 1): builds step `step`'s chain and updates the kept
+ * executable graph in place from it (cudaGraphExecUpdate); builds it again and instantiates that
+ * graph (cudaGraphInstantiate), then destroys the new executable graph without a launch. Then
+ * zeroes the buffer, launches the updated executable graph, synchronizes and copies the buffer
+ * into host[] (shape->elements values) for the caller to check. Times the first build, the
+ * update and the instantiation.
+ */
+int gb_update_step(gb_ctx *ctx, unsigned int step, unsigned int *host, gb_update_times *times,
+                   gb_error *err)
+{
+    int rc = -1;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t fresh = NULL;
+    cudaGraphExecUpdateResultInfo info;
+    const size_t bytes = (size_t)ctx->update_shape.elements * sizeof(unsigned int);
+    uint64_t t0, t1;
+
+    memset(times, 0, sizeof *times);
+    if (ctx->update_exec == NULL) {
+        fail(err, "gb_update_step (no kernel chain: call gb_update_chain first)",
+             cudaErrorInvalidValue, __LINE__);
+        return -1;
+    }
+    t0 = now_ns();
+    if (build_add_chain(ctx, step, &graph, err) != 0) {
+        goto out;
+    }
+    t1 = now_ns();
+    times->build_ns = t1 - t0;
+
+    t0 = now_ns();
+    CK(cudaGraphExecUpdate, (ctx->update_exec, graph, &info));
+    t1 = now_ns();
+    times->update_ns = t1 - t0;
+    CK(cudaGraphDestroy, (graph));
+    graph = NULL;
+
+    if (build_add_chain(ctx, step, &graph, err) != 0) {
+        goto out;
+    }
+    t0 = now_ns();
+    CK(cudaGraphInstantiate, (&fresh, graph, 0));
+    t1 = now_ns();
+    times->instantiate_ns = t1 - t0;
+    CK(cudaGraphExecDestroy, (fresh));
+    fresh = NULL;
+    CK(cudaGraphDestroy, (graph));
+    graph = NULL;
+
+    CK(cudaMemsetAsync, (ctx->update_buffer, 0, bytes, ctx->stream));
+    CK(cudaGraphLaunch, (ctx->update_exec, ctx->stream));
+    CK(cudaStreamSynchronize, (ctx->stream));
+    CK(cudaMemcpy, (host, ctx->update_buffer, bytes, cudaMemcpyDeviceToHost));
+    rc = 0;
+out:
+    if (fresh != NULL) {
+        (void)cudaGraphExecDestroy(fresh);
+    }
+    if (graph != NULL) {
+        (void)cudaGraphDestroy(graph);
+    }
+    (void)cudaStreamSynchronize(ctx->stream);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- footprint scenarios */

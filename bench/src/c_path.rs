@@ -8,7 +8,8 @@
 
 use crate::footprint::Mem;
 use crate::workload::{
-    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
+    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, UpdateRun,
+    Workloads,
 };
 
 /// What `build.rs` did with the C file, in words.
@@ -21,6 +22,7 @@ mod imp {
     use std::time::Duration;
 
     use super::*;
+    use crate::workload::verify_update;
 
     /// `gb_error`.
     #[repr(C)]
@@ -97,6 +99,15 @@ mod imp {
         instantiate_ns: u64,
     }
 
+    /// `gb_update_times`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct GbUpdateTimes {
+        build_ns: u64,
+        update_ns: u64,
+        instantiate_ns: u64,
+    }
+
     /// `gb_stream_times`.
     #[repr(C)]
     #[derive(Default)]
@@ -155,6 +166,20 @@ mod imp {
             times: *mut GbStreamTimes,
             err: *mut GbError,
         ) -> c_int;
+        fn gb_update_chain(
+            ctx: *mut GbCtx,
+            k: c_uint,
+            shape: *const GbShape,
+            err: *mut GbError,
+        ) -> c_int;
+        fn gb_update_step(
+            ctx: *mut GbCtx,
+            step: c_uint,
+            host: *mut c_uint,
+            times: *mut GbUpdateTimes,
+            err: *mut GbError,
+        ) -> c_int;
+        fn gb_release_update(ctx: *mut GbCtx, err: *mut GbError) -> c_int;
         fn gb_fp_address_reuse(
             ctx: *mut GbCtx,
             bytes: usize,
@@ -210,12 +235,15 @@ mod imp {
     #[derive(Debug)]
     pub struct CPath {
         ctx: *mut GbCtx,
+        /// What `gb_update_chain` set up: its chain length, and host room for `gb_update_step`
+        /// to read the buffer back into (`shape.elements` values).
+        update: Option<(u32, Vec<u32>)>,
     }
 
     /// Checks this module's copies of the C structures against the C compiler's sizes.
     pub(super) fn check_layout() -> Result<()> {
-        let mut sizes = [0 as c_ulonglong; 6];
-        // SAFETY: the array has the six entries gb_layout writes.
+        let mut sizes = [0 as c_ulonglong; 7];
+        // SAFETY: the array has the seven entries gb_layout writes.
         unsafe { gb_layout(sizes.as_mut_ptr()) };
         let ours = [
             size_of::<GbError>(),
@@ -224,13 +252,14 @@ mod imp {
             size_of::<GbStreamTimes>(),
             size_of::<Mem>(),
             size_of::<GbCycleTimes>(),
+            size_of::<GbUpdateTimes>(),
         ]
         .map(|s| s as c_ulonglong);
         if sizes == ours {
             Ok(())
         } else {
             Err(BenchError(format!(
-                "the C structures (gb_error, gb_shape, gb_graph_times, gb_stream_times, gb_mem, gb_cycle_times) have sizes {sizes:?} in c/graph_bench.c but {ours:?} in src/c_path.rs"
+                "the C structures (gb_error, gb_shape, gb_graph_times, gb_stream_times, gb_mem, gb_cycle_times, gb_update_times) have sizes {sizes:?} in c/graph_bench.c but {ours:?} in src/c_path.rs"
             )))
         }
     }
@@ -246,7 +275,7 @@ mod imp {
                 // SAFETY: the PTX is NUL-terminated and outlives the call; out-pointers valid.
                 unsafe { gb_open(ptx.as_ptr(), ordinal as c_int, &mut ctx, err) }
             })?;
-            Ok(CPath { ctx })
+            Ok(CPath { ctx, update: None })
         }
 
         /// The runtime's version (`cudaRuntimeGetVersion`), e.g. 13000.
@@ -410,6 +439,43 @@ mod imp {
             })
         }
 
+        fn update_chain(&mut self, k: u32, shape: Shape) -> Result<()> {
+            self.update = None;
+            let elements = shape.elements as usize;
+            let shape = GbShape::from(shape);
+            let ctx = self.ctx;
+            // SAFETY: the context is open; the pointers are valid for the call.
+            call(|err| unsafe { gb_update_chain(ctx, k, &shape, err) })?;
+            self.update = Some((k, vec![0; elements]));
+            Ok(())
+        }
+
+        fn update_step(&mut self, step: u32) -> Result<UpdateRun> {
+            let ctx = self.ctx;
+            let Some((k, host)) = self.update.as_mut() else {
+                return Err(BenchError(
+                    "update_step: no kernel chain (call update_chain first)".into(),
+                ));
+            };
+            let mut t = GbUpdateTimes::default();
+            // SAFETY: the context is open; `host` holds the elements gb_update_chain was given,
+            // as many as gb_update_step copies back; the other pointers are valid for the call.
+            call(|err| unsafe { gb_update_step(ctx, step, host.as_mut_ptr(), &mut t, err) })?;
+            verify_update(host, *k, step)?;
+            Ok(UpdateRun {
+                build: ns(t.build_ns),
+                update: ns(t.update_ns),
+                instantiate: ns(t.instantiate_ns),
+            })
+        }
+
+        fn release_update(&mut self) -> Result<()> {
+            self.update = None;
+            let ctx = self.ctx;
+            // SAFETY: the context is open; the error record is valid for the call.
+            call(|err| unsafe { gb_release_update(ctx, err) })
+        }
+
         fn stream_chain(&mut self, k: u32, shape: Shape, iters: u32) -> Result<StreamRun> {
             let shape = GbShape::from(shape);
             let mut t = GbStreamTimes::default();
@@ -508,6 +574,18 @@ mod imp {
         }
 
         fn stream_chain(&mut self, _k: u32, _shape: Shape, _iters: u32) -> Result<StreamRun> {
+            match self.never {}
+        }
+
+        fn update_chain(&mut self, _k: u32, _shape: Shape) -> Result<()> {
+            match self.never {}
+        }
+
+        fn update_step(&mut self, _step: u32) -> Result<UpdateRun> {
+            match self.never {}
+        }
+
+        fn release_update(&mut self) -> Result<()> {
             match self.never {}
         }
     }

@@ -8,8 +8,10 @@
 //! its host-only enqueue) and launch + synchronize. A chain of k segments alloc → kernel whose
 //! allocations escape the graph, instantiated with AutoFreeOnLaunch, for the safe API's slow
 //! launch path (the same launch figures). The same work without graphs (stream-ordered
-//! allocation on a stream) for the graph speedup. Before those, the footprint scenarios of
-//! NVIDIA's graphMemoryFootprint sample, through the safe API and through C.
+//! allocation on a stream) for the graph speedup. A chain of k kernel nodes without memory
+//! nodes, rebuilt with new values every step, for updating an executable graph in place against
+//! instantiating the new graph. Before those, the footprint scenarios of NVIDIA's
+//! graphMemoryFootprint sample, through the safe API and through C.
 //!
 //! Output, in `--out DIR` (default `target/bench`): `results.md` (the tables, also printed on
 //! stdout), `bench.csv`, `samples.csv`, `footprint.csv` and `bench.svg`. Without a GPU it prints
@@ -32,7 +34,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use cuda_graph::{Bytes, Device, sys};
 
 use crate::c_path::CPath;
-use crate::measure::Plan;
+use crate::measure::{Plan, Workload};
 use crate::raw_path::RawPath;
 use crate::safe_path::SafePath;
 use crate::workload::{BenchError, Counts, Result, Shape, Workloads};
@@ -59,6 +61,8 @@ options:
   --elements N        32-bit elements per allocation (default 65536, i.e. 256 KiB)
   --device N          the GPU (default 0)
   --skip-footprint    do not run the footprint scenarios
+  --update-only       only the kernel chain's update in place against instantiation (no other
+                      workload, no footprint scenarios, no plot)
   --strict            exit with status 3 when a target is missed or a footprint differs from C's
   -h, --help          this text
 
@@ -81,6 +85,7 @@ struct Options {
     elements: u64,
     device: usize,
     skip_footprint: bool,
+    update_only: bool,
     strict: bool,
     command: String,
 }
@@ -102,6 +107,7 @@ impl Options {
             elements: 1 << 16,
             device: 0,
             skip_footprint: false,
+            update_only: false,
             strict: false,
             command: std::iter::once("cuda-graph-bench")
                 .chain(args.iter().map(String::as_str))
@@ -134,6 +140,7 @@ impl Options {
                 "--elements" => o.elements = number("--elements", &value("--elements")?)?,
                 "--device" => o.device = number("--device", &value("--device")?)?,
                 "--skip-footprint" => o.skip_footprint = true,
+                "--update-only" => o.update_only = true,
                 "--strict" => o.strict = true,
                 "--k" => {
                     let list = value("--k")?;
@@ -221,7 +228,7 @@ fn run(options: &Options, device: &Device) -> Result<bool> {
     let environment = environment(options, device, &c)?;
     eprintln!("cuda-graph-bench: {}", environment.subtitle);
 
-    let scenarios = if options.skip_footprint {
+    let scenarios = if options.skip_footprint || options.update_only {
         Vec::new()
     } else {
         eprintln!("cuda-graph-bench: footprint scenarios");
@@ -245,6 +252,7 @@ fn run(options: &Options, device: &Device) -> Result<bool> {
         segment_cap: options.segment_cap,
         shape,
         cycles: options.cycles,
+        update_only: options.update_only,
     };
     let outcome = {
         let mut paths: [&mut dyn Workloads; 3] = [&mut safe, &mut raw, &mut c];
@@ -258,7 +266,11 @@ fn run(options: &Options, device: &Device) -> Result<bool> {
     drop(raw);
     drop(safe);
 
-    let rows = report::rows(&outcome.samples, &plan.ks, |k| plan.counts_for(k).launches);
+    let mut rows = report::rows(&outcome.samples, &plan.ks, |k| plan.counts_for(k).launches);
+    if plan.update_only {
+        // The other workloads were not run: their rows would be empty and their targets missed.
+        rows.retain(|r| r.workload == Workload::Update);
+    }
     let mut md = String::new();
     md.push_str(&format!("# cuda-graph-bench, {}\n\n", environment.date));
     for (name, value) in &environment.items {
@@ -276,19 +288,33 @@ fn run(options: &Options, device: &Device) -> Result<bool> {
             .map(|s| format!("; {s}"))
             .unwrap_or_default()
     ));
+    if !plan.update_only {
+        md.push_str(&format!(
+            "- Workload: chain of k segments alloc ({}) → fill_u32 ({} × {} threads) → free, each after the previous free (explicit and captured graph); the escaping graph: k segments alloc → fill_u32, each after the previous kernel, no free (k allocations escape each launch; AutoFreeOnLaunch); {} sync iterations; launches per steady measurement (× rounds per repetition): {}\n",
+            Bytes(shape.bytes() as u64),
+            shape.grid,
+            shape.block,
+            plan.counts.sync_iters,
+            plan.ks
+                .iter()
+                .map(|&k| {
+                    let launches = plan.counts_for(k).launches;
+                    let rounds = plan.steady_rounds(k, launches);
+                    format!("{launches} × {rounds} at k = {k}")
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     md.push_str(&format!(
-        "- Workload: chain of k segments alloc ({}) → fill_u32 ({} × {} threads) → free, each after the previous free (explicit and captured graph); the escaping graph: k segments alloc → fill_u32, each after the previous kernel, no free (k allocations escape each launch; AutoFreeOnLaunch); {} sync iterations; launches per steady measurement (× rounds per repetition): {}\n",
-        Bytes(shape.bytes() as u64),
+        "- Kernel chain{}: k kernel nodes add_u32 ({} × {} threads) over one {} buffer, each after the previous one, no memory nodes, rebuilt with new values every step; the executable graph updated in place from it, against instantiating the same new graph; each update launched and its result checked; steps per repetition: {}\n",
+        if plan.update_only { " (--update-only: the only workload run)" } else { "" },
         shape.grid,
         shape.block,
-        plan.counts.sync_iters,
+        Bytes(shape.bytes() as u64),
         plan.ks
             .iter()
-            .map(|&k| {
-                let launches = plan.counts_for(k).launches;
-                let rounds = plan.steady_rounds(k, launches);
-                format!("{launches} × {rounds} at k = {k}")
-            })
+            .map(|&k| format!("{} at k = {k}", plan.cycle_rounds(k)))
             .collect::<Vec<_>>()
             .join(", ")
     ));
@@ -314,20 +340,23 @@ fn run(options: &Options, device: &Device) -> Result<bool> {
             &report::footprint_csv(&scenarios),
         )?;
     }
-    plot::svg(
-        &out.join("bench.svg"),
-        &outcome.samples,
-        &plan.ks,
-        &environment.subtitle,
-    )?;
+    if !plan.update_only {
+        plot::svg(
+            &out.join("bench.svg"),
+            &outcome.samples,
+            &plan.ks,
+            &environment.subtitle,
+        )?;
+    }
     print!("{md}");
     eprintln!(
-        "cuda-graph-bench: wrote results.md, bench.csv, samples.csv{}, bench.svg to {}",
+        "cuda-graph-bench: wrote results.md, bench.csv, samples.csv{}{} to {}",
         if scenarios.is_empty() {
             ""
         } else {
             ", footprint.csv"
         },
+        if plan.update_only { "" } else { ", bench.svg" },
         out.display()
     );
 
@@ -464,6 +493,8 @@ mod tests {
             .unwrap();
         assert_eq!((q.reps, q.launches, q.ks.clone()), (3, 100, vec![1, 10]));
         assert_eq!(q.out, PathBuf::from("x"));
+        assert!(!q.update_only);
+        assert!(parse(&["--update-only"]).unwrap().unwrap().update_only);
         assert!(parse(&["--help"]).unwrap().is_none());
         assert!(parse(&["--reps"]).is_err());
         assert!(parse(&["--k", "0"]).is_err());

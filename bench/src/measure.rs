@@ -6,6 +6,11 @@
 //!   without its lifetime checks); each path's median over the rounds is that repetition's
 //!   sample. Build and instantiate take tens of microseconds at small k and vary by tens of
 //!   percent from one call to the next, so one call per repetition would measure the noise;
+//! - the kernel chain's update steps: rounds in which every path builds a chain of k kernel nodes
+//!   (no memory nodes) with new values, updates its executable graph in place from it, builds it
+//!   again and instantiates that graph, then launches the updated executable graph and checks
+//!   the result; each path's median over the rounds is that repetition's sample, and so is the
+//!   median over the rounds of its instantiation over its update;
 //! - the explicit and the captured graph workload, and the escaping one (its allocations outlive
 //!   each launch: the safe API's slow launch path), through the three paths (launches);
 //! - the workload without graphs through the three paths.
@@ -19,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::stats::Stats;
 use crate::workload::{
-    Counts, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
+    Counts, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, UpdateRun, Workloads,
 };
 
 /// Which workload a sample belongs to.
@@ -29,6 +34,9 @@ pub enum Workload {
     Graph(Mode),
     /// The same work without a graph.
     Stream,
+    /// A chain of kernel nodes without memory nodes, updated in place at every step
+    /// ([`Workloads::update_step`]).
+    Update,
 }
 
 impl Workload {
@@ -37,6 +45,7 @@ impl Workload {
         match self {
             Workload::Graph(mode) => mode.name(),
             Workload::Stream => "no graph",
+            Workload::Update => "kernel chain",
         }
     }
 }
@@ -85,6 +94,21 @@ pub enum Metric {
     StreamIteration,
     /// Per iteration, the host time of queueing it.
     StreamEnqueue,
+    /// The kernel chain: updating the executable graph in place from the step's new graph.
+    Update,
+    /// Update over C's in the same round: per repetition, the median over its rounds. A factor.
+    UpdateVsC,
+    /// Update over the raw path's in the same round, the same way. A factor.
+    UpdateVsRaw,
+    /// The kernel chain: instantiating a graph built as the step's new graph.
+    UpdateInstantiate,
+    /// That instantiation over C's in the same round, the same way. A factor.
+    UpdateInstantiateVsC,
+    /// That instantiation over the raw path's in the same round, the same way. A factor.
+    UpdateInstantiateVsRaw,
+    /// The kernel chain: a path's instantiation over its own update in the same step (how many
+    /// times faster the update is): per repetition, the median over its rounds. A factor.
+    UpdateSpeedup,
 }
 
 impl Metric {
@@ -95,6 +119,8 @@ impl Metric {
             Metric::Steady => Some(Metric::SteadyVsC),
             Metric::SteadyEnqueue => Some(Metric::SteadyEnqueueVsC),
             Metric::LaunchSync => Some(Metric::LaunchSyncVsC),
+            Metric::Update => Some(Metric::UpdateVsC),
+            Metric::UpdateInstantiate => Some(Metric::UpdateInstantiateVsC),
             _ => None,
         }
     }
@@ -103,6 +129,8 @@ impl Metric {
     pub fn paired_raw(self) -> Option<Metric> {
         match self {
             Metric::SteadyEnqueue => Some(Metric::SteadyEnqueueVsRaw),
+            Metric::Update => Some(Metric::UpdateVsRaw),
+            Metric::UpdateInstantiate => Some(Metric::UpdateInstantiateVsRaw),
             _ => None,
         }
     }
@@ -138,8 +166,11 @@ pub struct Plan {
     pub segment_cap: u64,
     /// The kernel's shape.
     pub shape: Shape,
-    /// Build + instantiate cycles per variant and repetition, at most (fewer for long chains).
+    /// Build + instantiate cycles per variant and repetition, at most (fewer for long chains);
+    /// also the kernel chain's update steps per path and repetition.
     pub cycles: u32,
+    /// Only the kernel chain's update steps (no other workload).
+    pub update_only: bool,
 }
 
 impl Plan {
@@ -317,6 +348,89 @@ fn cycles(
     Ok(())
 }
 
+/// The kernel chain's update steps at one k: every path sets up its chain
+/// ([`Workloads::update_chain`]), then `rounds` rounds each run every path's next step
+/// ([`Workloads::update_step`], steps 1, 2, ...) in an order that rotates from round to round;
+/// every path releases its chain, also after an error. Each path's median over the rounds of
+/// the build, the update and the instantiation becomes one sample, and so do the medians over
+/// the rounds of its update and instantiation over C's and the raw path's in the same round
+/// and of its instantiation over its update in the same step.
+fn update_cycles(
+    paths: &mut [&mut dyn Workloads],
+    k: u32,
+    shape: Shape,
+    rounds: u32,
+    rotation: usize,
+    samples: Option<&mut Samples>,
+) -> Result<()> {
+    let what =
+        |id: PathId, step: &str| format!("{} path, kernel chain, k = {k}, {step}", id.name());
+    let n = paths.len();
+    let mut runs: Vec<Vec<UpdateRun>> = vec![Vec::with_capacity(rounds as usize); n];
+    let mut measured = || -> Result<()> {
+        for i in rotated(n, rotation) {
+            let id = paths[i].id();
+            paths[i]
+                .update_chain(k, shape)
+                .map_err(|e| e.context(what(id, "set-up")))?;
+        }
+        for round in 0..rounds {
+            let step = round + 1;
+            for i in rotated(n, rotation + round as usize) {
+                let id = paths[i].id();
+                let run = paths[i]
+                    .update_step(step)
+                    .map_err(|e| e.context(what(id, &format!("update step {step}"))))?;
+                runs[i].push(run);
+            }
+        }
+        Ok(())
+    };
+    let measured = measured();
+    let released = paths.iter_mut().try_for_each(|p| {
+        let id = p.id();
+        p.release_update()
+            .map_err(|e| e.context(what(id, "release")))
+    });
+    measured?;
+    released?;
+    let Some(samples) = samples else {
+        return Ok(());
+    };
+    let ns = |f: fn(&UpdateRun) -> Duration| -> Vec<Vec<f64>> {
+        runs.iter()
+            .map(|r| r.iter().map(|run| f(run).as_nanos() as f64).collect())
+            .collect()
+    };
+    let (build, update, instantiate) = (ns(|r| r.build), ns(|r| r.update), ns(|r| r.instantiate));
+    let ids: Vec<PathId> = paths.iter().map(|p| p.id()).collect();
+    let position = |path: PathId| ids.iter().position(|&id| id == path);
+    let (c, raw) = (position(PathId::C), position(PathId::Raw));
+    let w = Workload::Update;
+    for (i, &id) in ids.iter().enumerate() {
+        let mut put = |m: Metric, value: f64| samples.entry((w, k, m, id)).or_default().push(value);
+        put(Metric::Build, median(&build[i]));
+        put(Metric::Update, median(&update[i]));
+        put(Metric::UpdateInstantiate, median(&instantiate[i]));
+        put(
+            Metric::UpdateSpeedup,
+            median_ratio(&instantiate[i], &update[i]),
+        );
+        for (metric, times) in [
+            (Metric::Update, &update),
+            (Metric::UpdateInstantiate, &instantiate),
+        ] {
+            if let (Some(vs_c), Some(c)) = (metric.paired(), c.filter(|&c| c != i)) {
+                put(vs_c, median_ratio(&times[i], &times[c]));
+            }
+            if let (Some(vs_raw), Some(raw)) = (metric.paired_raw(), raw.filter(|&r| r != i)) {
+                put(vs_raw, median_ratio(&times[i], &times[raw]));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs `rounds` rounds on the chains `graph_chain` left: each round runs `block` once for
 /// every path, back to back, in an order that rotates from round to round, so the paths of a
 /// round see the same host. `block` gets the path and the round and returns its figures; the
@@ -460,6 +574,17 @@ fn one_rep(
             counts.sync_iters = counts.sync_iters.min(5);
         }
         let rounds = if warm_up { 2 } else { plan.cycle_rounds(k) };
+        update_cycles(
+            paths,
+            k,
+            plan.shape,
+            rounds,
+            rep + ki,
+            samples.as_deref_mut(),
+        )?;
+        if plan.update_only {
+            continue;
+        }
         for (mi, &mode) in Mode::FREED.iter().enumerate() {
             cycles(
                 paths,
@@ -562,9 +687,10 @@ mod tests {
     use std::rc::Rc;
     use std::time::Duration;
 
-    use super::{Metric, Plan, Samples, Workload, launch_rounds, one_rep};
+    use super::{Metric, Plan, Samples, Workload, launch_rounds, one_rep, update_cycles};
     use crate::workload::{
-        Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
+        BenchError, Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun,
+        UpdateRun, Workloads,
     };
 
     /// A path whose launches take `ns` each, times a host speed that changes from one round of
@@ -612,6 +738,15 @@ mod tests {
             unreachable!()
         }
         fn stream_chain(&mut self, _: u32, _: Shape, _: u32) -> Result<StreamRun> {
+            unreachable!()
+        }
+        fn update_chain(&mut self, _: u32, _: Shape) -> Result<()> {
+            unreachable!()
+        }
+        fn update_step(&mut self, _: u32) -> Result<UpdateRun> {
+            unreachable!()
+        }
+        fn release_update(&mut self) -> Result<()> {
             unreachable!()
         }
     }
@@ -758,6 +893,22 @@ mod tests {
             self.note("stream_chain", None);
             Ok(StreamRun::default())
         }
+        fn update_chain(&mut self, _: u32, _: Shape) -> Result<()> {
+            self.note("update_chain", None);
+            Ok(())
+        }
+        fn update_step(&mut self, _: u32) -> Result<UpdateRun> {
+            self.note("update_step", None);
+            Ok(UpdateRun {
+                build: Duration::from_micros(1),
+                update: Duration::from_micros(1),
+                instantiate: Duration::from_micros(4),
+            })
+        }
+        fn release_update(&mut self) -> Result<()> {
+            self.note("release_update", None);
+            Ok(())
+        }
     }
 
     #[test]
@@ -786,6 +937,7 @@ mod tests {
                 block: 1,
             },
             cycles: 3,
+            update_only: false,
         };
         let mut samples = Samples::new();
         one_rep(&plan, &mut paths, 0, false, Some(&mut samples)).unwrap();
@@ -819,6 +971,27 @@ mod tests {
                 .collect();
             assert_eq!(mine, want, "{id:?}");
         }
+        // The kernel chain: set up, 3 steps (the cycles' rounds) and released, by every path.
+        for id in PathId::ALL {
+            let calls: Vec<&str> = log
+                .iter()
+                .filter(|(p, w, _)| *p == id && w.contains("update"))
+                .map(|(_, w, _)| *w)
+                .collect();
+            assert_eq!(
+                calls,
+                [
+                    "update_chain",
+                    "update_step",
+                    "update_step",
+                    "update_step",
+                    "release_update"
+                ],
+                "{id:?}"
+            );
+            let speedup = &samples[&(Workload::Update, 1, Metric::UpdateSpeedup, id)];
+            assert_eq!(speedup, &[4.0], "{id:?}");
+        }
         let w = Workload::Graph(Mode::Escaping);
         for (metric, path) in [
             (Metric::Steady, PathId::Safe),
@@ -836,5 +1009,211 @@ mod tests {
                 .keys()
                 .any(|key| key.0 == w && key.2 == Metric::BuildInstantiate)
         );
+    }
+
+    #[test]
+    fn update_only_runs_the_kernel_chain_alone() {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let logger = |id| Logger {
+            id,
+            log: log.clone(),
+            kept: None,
+        };
+        let (mut safe, mut raw, mut c) =
+            (logger(PathId::Safe), logger(PathId::Raw), logger(PathId::C));
+        let mut paths: [&mut dyn Workloads; 3] = [&mut safe, &mut raw, &mut c];
+        let plan = Plan {
+            ks: vec![1, 10],
+            reps: 1,
+            counts: Counts {
+                launches: 10,
+                sync_iters: 2,
+            },
+            budget: Duration::from_secs(1),
+            segment_cap: 0,
+            shape: Shape {
+                elements: 1,
+                grid: 1,
+                block: 1,
+            },
+            cycles: 3,
+            update_only: true,
+        };
+        let mut samples = Samples::new();
+        one_rep(&plan, &mut paths, 0, false, Some(&mut samples)).unwrap();
+        assert!(log.borrow().iter().all(|(_, w, _)| w.contains("update")));
+        assert_eq!(log.borrow().len(), 2 * 3 * 5);
+        assert!(samples.keys().all(|key| key.0 == Workload::Update));
+        assert!(samples.contains_key(&(Workload::Update, 10, Metric::UpdateVsC, PathId::Safe)));
+    }
+
+    /// The calls an [`Updater`] saw: path, call, step.
+    type UpdateLog = Rc<RefCell<Vec<(PathId, &'static str, u32)>>>;
+
+    /// A path whose update steps take `update` ns and its instantiations `instantiate` ns,
+    /// times a host speed that changes from one round of the three paths to the next; it fails
+    /// at step `fail_at`, and logs its calls (path, call, step).
+    struct Updater {
+        id: PathId,
+        update: f64,
+        instantiate: f64,
+        fail_at: Option<u32>,
+        log: UpdateLog,
+    }
+
+    impl Workloads for Updater {
+        fn id(&self) -> PathId {
+            self.id
+        }
+        fn graph_chain(&mut self, _: Mode, _: u32, _: Shape) -> Result<GraphRun> {
+            unreachable!()
+        }
+        fn steady(&mut self, _: u32) -> Result<SteadyRun> {
+            unreachable!()
+        }
+        fn launch_sync(&mut self, _: u32) -> Result<Duration> {
+            unreachable!()
+        }
+        fn release_chain(&mut self) -> Result<()> {
+            unreachable!()
+        }
+        fn build_instantiate(&mut self, _: Mode, _: u32, _: Shape, _: bool) -> Result<CycleRun> {
+            unreachable!()
+        }
+        fn stream_chain(&mut self, _: u32, _: Shape, _: u32) -> Result<StreamRun> {
+            unreachable!()
+        }
+        fn update_chain(&mut self, _: u32, _: Shape) -> Result<()> {
+            self.log.borrow_mut().push((self.id, "update_chain", 0));
+            Ok(())
+        }
+        fn update_step(&mut self, step: u32) -> Result<UpdateRun> {
+            self.log.borrow_mut().push((self.id, "update_step", step));
+            if self.fail_at == Some(step) {
+                return Err(BenchError("wrong result".into()));
+            }
+            let speed = f64::from(step);
+            let ns = |v: f64| Duration::from_nanos((v * speed) as u64);
+            Ok(UpdateRun {
+                build: ns(2.0 * self.instantiate),
+                update: ns(self.update),
+                instantiate: ns(self.instantiate),
+            })
+        }
+        fn release_update(&mut self) -> Result<()> {
+            self.log.borrow_mut().push((self.id, "release_update", 0));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn update_steps_pair_each_round_and_give_each_path_its_speedup() {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let updater = |id, update, instantiate| Updater {
+            id,
+            update,
+            instantiate,
+            fail_at: None,
+            log: log.clone(),
+        };
+        let (mut safe, mut raw, mut c) = (
+            updater(PathId::Safe, 1_020.0, 4_000.0),
+            updater(PathId::Raw, 1_000.0, 3_900.0),
+            updater(PathId::C, 1_000.0, 4_100.0),
+        );
+        let mut paths: [&mut dyn Workloads; 3] = [&mut safe, &mut raw, &mut c];
+        let shape = Shape {
+            elements: 1,
+            grid: 1,
+            block: 1,
+        };
+        let mut samples = Samples::new();
+        update_cycles(&mut paths, 1000, shape, 4, 0, Some(&mut samples)).unwrap();
+
+        // Set-up, steps 1 to 4 of every path (rotating), release.
+        let log = log.borrow();
+        assert_eq!(log.len(), 3 + 12 + 3);
+        assert!(log[..3].iter().all(|e| e.1 == "update_chain"));
+        assert!(log[15..].iter().all(|e| e.1 == "release_update"));
+        for (round, calls) in log[3..15].chunks(3).enumerate() {
+            assert!(
+                calls
+                    .iter()
+                    .all(|e| e.1 == "update_step" && e.2 == round as u32 + 1)
+            );
+        }
+        let firsts: Vec<PathId> = log[3..15].chunks(3).map(|r| r[0].0).collect();
+        assert_eq!(firsts[..3], [PathId::Safe, PathId::Raw, PathId::C]);
+
+        // The host's speed changes four-fold over the rounds; paired ratios and speed-ups do not
+        // see it, the medians of the times do.
+        let w = Workload::Update;
+        let get = |m, p| samples[&(w, 1000, m, p)][0];
+        for (m, p, want) in [
+            (Metric::UpdateVsC, PathId::Safe, 1.02),
+            (Metric::UpdateVsRaw, PathId::Safe, 1.02),
+            (Metric::UpdateVsC, PathId::Raw, 1.0),
+            (
+                Metric::UpdateInstantiateVsC,
+                PathId::Safe,
+                4_000.0 / 4_100.0,
+            ),
+            (Metric::UpdateInstantiateVsRaw, PathId::C, 4_100.0 / 3_900.0),
+            (Metric::UpdateSpeedup, PathId::Safe, 4_000.0 / 1_020.0),
+            (Metric::UpdateSpeedup, PathId::Raw, 3.9),
+            (Metric::UpdateSpeedup, PathId::C, 4.1),
+            (Metric::Update, PathId::Safe, 1_020.0 * 2.5),
+            (Metric::UpdateInstantiate, PathId::C, 4_100.0 * 2.5),
+            (Metric::Build, PathId::Raw, 7_800.0 * 2.5),
+        ] {
+            assert!(
+                (get(m, p) - want).abs() < 1e-2,
+                "{m:?} {p:?}: {}",
+                get(m, p)
+            );
+        }
+        for m in [Metric::UpdateVsC, Metric::UpdateInstantiateVsC] {
+            assert!(!samples.contains_key(&(w, 1000, m, PathId::C)), "{m:?}");
+        }
+        for m in [Metric::UpdateVsRaw, Metric::UpdateInstantiateVsRaw] {
+            assert!(!samples.contains_key(&(w, 1000, m, PathId::Raw)), "{m:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_update_step_still_releases_every_chain() {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let updater = |id, fail_at| Updater {
+            id,
+            update: 1.0,
+            instantiate: 4.0,
+            fail_at,
+            log: log.clone(),
+        };
+        let (mut safe, mut raw, mut c) = (
+            updater(PathId::Safe, None),
+            updater(PathId::Raw, Some(2)),
+            updater(PathId::C, None),
+        );
+        let mut paths: [&mut dyn Workloads; 3] = [&mut safe, &mut raw, &mut c];
+        let shape = Shape {
+            elements: 1,
+            grid: 1,
+            block: 1,
+        };
+        let mut samples = Samples::new();
+        let e = update_cycles(&mut paths, 10, shape, 3, 0, Some(&mut samples)).unwrap_err();
+        assert_eq!(
+            e.0,
+            "raw path, kernel chain, k = 10, update step 2: wrong result"
+        );
+        assert!(samples.is_empty());
+        let released: Vec<PathId> = log
+            .borrow()
+            .iter()
+            .filter(|e| e.1 == "release_update")
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(released, PathId::ALL);
     }
 }

@@ -168,6 +168,7 @@ fn style_of(line: &Line) -> (ShapeStyle, &'static str) {
         Workload::Graph(Mode::Capture) => (c.mix(0.75).stroke_width(1), "captured"),
         Workload::Graph(Mode::Escaping) => (c.mix(0.6).stroke_width(1), "escaping"),
         Workload::Stream => (c.mix(0.5).stroke_width(1), "no graph"),
+        Workload::Update => (c.mix(0.5).stroke_width(1), "kernel chain"),
     }
 }
 
@@ -210,7 +211,9 @@ where
                     .iter()
                     .map(|&p| EmptyElement::at(p) + Rectangle::new([(-3, -3), (3, 3)], style)),
             ),
-            Workload::Stream => chart.draw_series(centre.iter().map(|&p| Cross::new(p, 4, style))),
+            Workload::Stream | Workload::Update => {
+                chart.draw_series(centre.iter().map(|&p| Cross::new(p, 4, style)))
+            }
         }
         .map_err(plot_error)?;
     }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use cuda_graph::sys;
 
 use crate::workload::{
-    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
-    driver,
+    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, UpdateRun,
+    Workloads, driver, update_value, verify_update,
 };
 
 /// The raw path's context, kernel and stream.
@@ -20,9 +20,25 @@ pub struct RawPath {
     context: sys::CUcontext,
     module: sys::CUmodule,
     fill: sys::CUfunction,
+    /// `add_u32(p, n, v)`, the kernel chain's kernel.
+    add: sys::CUfunction,
     stream: sys::CUstream,
     /// The chain `graph_chain` left for `launch_sync`.
     chain: Option<Chain>,
+    /// The kernel chain `update_chain` set up for `update_step`.
+    update: Option<UpdateChain>,
+}
+
+/// The kernel chain of the update measurements: the executable graph updated at every step
+/// (destroyed before the buffer it uses: fields drop in order), its buffer, its shape, and host
+/// room to read the buffer back into.
+#[derive(Debug)]
+struct UpdateChain {
+    exec: OwnedExec,
+    buffer: OwnedBuffer,
+    k: u32,
+    shape: Shape,
+    host: Vec<u32>,
 }
 
 /// A chain left for the launch measurements.
@@ -44,8 +60,10 @@ impl RawPath {
             context: null_mut(),
             module: null_mut(),
             fill: null_mut(),
+            add: null_mut(),
             stream: null_mut(),
             chain: None,
+            update: None,
         };
         // SAFETY: cuInit takes flags by value; 0 is the only valid value.
         driver(unsafe { sys::cuInit(0) }, "cuInit")?;
@@ -74,6 +92,11 @@ impl RawPath {
         driver(
             // SAFETY: valid out-pointer; the module is loaded; the name is NUL-terminated.
             unsafe { sys::cuModuleGetFunction(&mut path.fill, path.module, c"fill_u32".as_ptr()) },
+            "cuModuleGetFunction",
+        )?;
+        driver(
+            // SAFETY: valid out-pointer; the module is loaded; the name is NUL-terminated.
+            unsafe { sys::cuModuleGetFunction(&mut path.add, path.module, c"add_u32".as_ptr()) },
             "cuModuleGetFunction",
         )?;
         driver(
@@ -108,6 +131,63 @@ impl RawPath {
             unsafe { sys::cuCtxSetCurrent(self.context) },
             "cuCtxSetCurrent",
         )
+    }
+
+    /// The kernel chain of step `step`: `k` kernel nodes `add_u32(buffer, n, update_value(step,
+    /// i))`, each after the previous one, no memory nodes.
+    fn build_add_chain(
+        &self,
+        buffer: sys::CUdeviceptr,
+        k: u32,
+        shape: Shape,
+        step: u32,
+    ) -> Result<OwnedGraph> {
+        let mut graph = OwnedGraph(null_mut());
+        driver(
+            // SAFETY: valid out-pointer; flags must be 0.
+            unsafe { sys::cuGraphCreate(&mut graph.0, 0) },
+            "cuGraphCreate",
+        )?;
+        let mut dptr = buffer;
+        let mut n = shape.elements;
+        let mut prev: sys::CUgraphNode = null_mut();
+        for i in 0..k {
+            let (deps, count) = if prev.is_null() {
+                (null(), 0)
+            } else {
+                (&raw const prev, 1)
+            };
+            let mut v = update_value(step, i);
+            let mut args: [*mut c_void; 3] = [
+                (&raw mut dptr).cast(),
+                (&raw mut n).cast(),
+                (&raw mut v).cast(),
+            ];
+            let kernel_params = sys::CUDA_KERNEL_NODE_PARAMS {
+                func: self.add,
+                gridDimX: shape.grid,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: shape.block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                kernelParams: args.as_mut_ptr(),
+                ..Default::default()
+            };
+            let mut kernel = null_mut();
+            driver(
+                // SAFETY: out-pointer valid; `deps` holds `count` nodes of the graph; the
+                // arguments match add_u32's parameters and are copied during the call; the
+                // buffer holds n values and outlives the graph and its executable graphs.
+                unsafe {
+                    sys::cuGraphAddKernelNode(&mut kernel, graph.0, deps, count, &kernel_params)
+                },
+                "cuGraphAddKernelNode",
+            )?;
+            prev = kernel;
+        }
+        Ok(graph)
     }
 
     /// Builds `mode`'s chain; for [`Mode::Escaping`], also the addresses of its allocations.
@@ -290,6 +370,8 @@ impl Drop for RawPath {
                     let _ = free_escaped(&chain, self.stream);
                 }
                 let _ = sys::cuStreamSynchronize(self.stream);
+                drop(self.update.take());
+                let _ = sys::cuStreamSynchronize(self.stream);
                 let _ = sys::cuStreamDestroy(self.stream);
             }
             if !self.module.is_null() {
@@ -313,6 +395,20 @@ impl Drop for OwnedGraph {
     }
 }
 
+/// Device memory from `cuMemAlloc`, freed on drop.
+#[derive(Debug)]
+struct OwnedBuffer(sys::CUdeviceptr);
+
+impl Drop for OwnedBuffer {
+    fn drop(&mut self) {
+        if self.0 != 0 {
+            // SAFETY: the memory is owned here, freed once, after the work that used it (the
+            // owner synchronizes first).
+            let _ = unsafe { sys::cuMemFree_v2(self.0) };
+        }
+    }
+}
+
 /// A raw executable graph destroyed on drop.
 #[derive(Debug)]
 struct OwnedExec(sys::CUgraphExec);
@@ -323,6 +419,63 @@ impl Drop for OwnedExec {
             // SAFETY: the executable graph is owned here and destroyed once.
             let _ = unsafe { sys::cuGraphExecDestroy(self.0) };
         }
+    }
+}
+
+impl RawPath {
+    /// [`Workloads::update_step`] on `chain`.
+    fn update_step_on(&self, chain: &mut UpdateChain, step: u32) -> Result<UpdateRun> {
+        let (k, shape) = (chain.k, chain.shape);
+        let t = Instant::now();
+        let graph = self.build_add_chain(chain.buffer.0, k, shape, step)?;
+        let build = t.elapsed();
+        let mut info = sys::CUgraphExecUpdateResultInfo {
+            result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+            errorNode: null_mut(),
+            errorFromNode: null_mut(),
+        };
+        let t = Instant::now();
+        driver(
+            // SAFETY: both handles are live; `info` is a valid out-pointer.
+            unsafe { sys::cuGraphExecUpdate_v2(chain.exec.0, graph.0, &mut info) },
+            "cuGraphExecUpdate",
+        )?;
+        let update = t.elapsed();
+        drop(graph);
+
+        let graph = self.build_add_chain(chain.buffer.0, k, shape, step)?;
+        let t = Instant::now();
+        let fresh = instantiate(&graph, Mode::Explicit)?;
+        let instantiate = t.elapsed();
+        drop(fresh);
+        drop(graph);
+
+        let stream = self.stream;
+        driver(
+            // SAFETY: the buffer holds `elements` 32-bit values; the stream is live.
+            unsafe { sys::cuMemsetD32Async(chain.buffer.0, 0, shape.elements as usize, stream) },
+            "cuMemsetD32Async",
+        )?;
+        launch(chain.exec.0, stream)?;
+        synchronize(stream)?;
+        driver(
+            // SAFETY: `host` holds `elements` values, as many bytes as the buffer; the work that
+            // wrote the buffer is done (synchronized).
+            unsafe {
+                sys::cuMemcpyDtoH_v2(
+                    chain.host.as_mut_ptr().cast(),
+                    chain.buffer.0,
+                    shape.bytes(),
+                )
+            },
+            "cuMemcpyDtoH",
+        )?;
+        verify_update(&chain.host, k, step)?;
+        Ok(UpdateRun {
+            build,
+            update,
+            instantiate,
+        })
     }
 }
 
@@ -463,6 +616,52 @@ impl Workloads for RawPath {
         drop(exec);
         drop(graph);
         Ok(CycleRun { build, instantiate })
+    }
+
+    fn update_chain(&mut self, k: u32, shape: Shape) -> Result<()> {
+        self.release_update()?;
+        let mut buffer = OwnedBuffer(0);
+        let bytes = shape.bytes();
+        driver(
+            // SAFETY: valid out-pointer; the context is current.
+            unsafe { sys::cuMemAlloc_v2(&mut buffer.0, bytes) },
+            "cuMemAlloc",
+        )?;
+        // Not zeroed here: each step zeroes it on the stream before its launch.
+        let graph = self.build_add_chain(buffer.0, k, shape, 0)?;
+        let exec = instantiate(&graph, Mode::Explicit)?;
+        drop(graph);
+        self.update = Some(UpdateChain {
+            exec,
+            buffer,
+            k,
+            shape,
+            host: vec![0; shape.elements as usize],
+        });
+        Ok(())
+    }
+
+    fn update_step(&mut self, step: u32) -> Result<UpdateRun> {
+        self.bind()?;
+        let Some(mut chain) = self.update.take() else {
+            return Err(BenchError(
+                "update_step: no kernel chain (call update_chain first)".into(),
+            ));
+        };
+        let run = self.update_step_on(&mut chain, step);
+        // Kept whatever happened, for release_update.
+        self.update = Some(chain);
+        run
+    }
+
+    fn release_update(&mut self) -> Result<()> {
+        self.bind()?;
+        if let Some(chain) = self.update.take() {
+            let synced = synchronize(self.stream);
+            drop(chain);
+            synced?;
+        }
+        Ok(())
     }
 
     fn stream_chain(&mut self, k: u32, shape: Shape, iters: u32) -> Result<StreamRun> {

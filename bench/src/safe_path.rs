@@ -3,12 +3,13 @@
 use std::time::{Duration, Instant};
 
 use cuda_graph::{
-    AllocParams, AsStream, CaptureMode, ExecGraph, Function, Graph, InstantiateFlags, KernelArgs,
-    LaunchConfig, Module, Node, Stream, StreamAllocation, StreamFlags, capture,
+    AllocParams, AsStream, CaptureMode, DeviceBuffer, ExecGraph, Function, Graph, InstantiateFlags,
+    KernelArgs, LaunchConfig, Module, Node, Stream, StreamAllocation, StreamFlags, capture,
 };
 
 use crate::workload::{
-    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, Workloads,
+    BenchError, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun, UpdateRun,
+    Workloads, update_value, verify_update,
 };
 
 /// The safe path's device, kernels and stream.
@@ -20,10 +21,24 @@ pub struct SafePath {
     fill: Function,
     /// `spin_then_fill_u32(p, n, v, spins)`, for the footprint scenarios.
     pub spin_fill: Function,
+    /// `add_u32(p, n, v)`, the kernel chain's kernel.
+    add: Function,
     /// The stream every workload runs on (non-blocking, as in the other paths).
     pub stream: Stream,
     /// The chain `graph_chain` left for `launch_sync`.
     chain: Option<(ExecGraph, Graph)>,
+    /// The kernel chain `update_chain` set up for `update_step`.
+    update: Option<UpdateChain>,
+}
+
+/// The kernel chain of the update measurements: its buffer, the executable graph updated at
+/// every step, and its shape.
+#[derive(Debug)]
+struct UpdateChain {
+    exec: ExecGraph,
+    buffer: DeviceBuffer<u32>,
+    k: u32,
+    shape: Shape,
 }
 
 impl SafePath {
@@ -34,8 +49,10 @@ impl SafePath {
             device: device.clone(),
             fill: module.function("fill_u32")?,
             spin_fill: module.function("spin_then_fill_u32")?,
+            add: module.function("add_u32")?,
             stream: Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0)?,
             chain: None,
+            update: None,
         })
     }
 
@@ -100,6 +117,32 @@ impl SafePath {
             }
         }
     }
+}
+
+/// The kernel chain of step `step`: `k` nodes `add_u32(buffer, n, update_value(step, i))`, each
+/// after the previous one, no memory nodes.
+fn build_add_chain(
+    device: &cuda_graph::Device,
+    add: &Function,
+    buffer: &DeviceBuffer<u32>,
+    k: u32,
+    shape: Shape,
+    step: u32,
+) -> Result<Graph> {
+    let config = launch_config(shape);
+    let n = shape.elements;
+    let mut graph = Graph::new(device)?;
+    let mut prev: Option<Node> = None;
+    for i in 0..k {
+        let args = KernelArgs::new()
+            .ptr(buffer)
+            .value(n)
+            .value(update_value(step, i));
+        // SAFETY: add_u32 takes (unsigned* p, unsigned long long n, unsigned v); the buffer holds
+        // n values and lives as long as the graphs that refer to it.
+        prev = Some(unsafe { graph.add_kernel_node(prev.as_slice(), add, config, &args)? });
+    }
+    Ok(graph)
 }
 
 /// How `mode`'s chain is instantiated: escaping allocations with AutoFreeOnLaunch, so that it
@@ -210,6 +253,64 @@ impl Workloads for SafePath {
 
     fn has_unchecked(&self) -> bool {
         true
+    }
+
+    fn update_chain(&mut self, k: u32, shape: Shape) -> Result<()> {
+        self.release_update()?;
+        let buffer = DeviceBuffer::<u32>::zeroed(&self.device, shape.elements as usize)?;
+        let exec = build_add_chain(&self.device, &self.add, &buffer, k, shape, 0)?
+            .instantiate(InstantiateFlags::NONE)?;
+        self.update = Some(UpdateChain {
+            exec,
+            buffer,
+            k,
+            shape,
+        });
+        Ok(())
+    }
+
+    fn update_step(&mut self, step: u32) -> Result<UpdateRun> {
+        let Some(chain) = self.update.as_mut() else {
+            return Err(BenchError(
+                "update_step: no kernel chain (call update_chain first)".into(),
+            ));
+        };
+        let (device, add) = (&self.device, &self.add);
+        let (k, shape) = (chain.k, chain.shape);
+
+        let t = Instant::now();
+        let graph = build_add_chain(device, add, &chain.buffer, k, shape, step)?;
+        let build = t.elapsed();
+        let t = Instant::now();
+        chain.exec.update(&graph)?;
+        let update = t.elapsed();
+        drop(graph);
+
+        let graph = build_add_chain(device, add, &chain.buffer, k, shape, step)?;
+        let t = Instant::now();
+        let fresh = graph.instantiate(InstantiateFlags::NONE)?;
+        let instantiate = t.elapsed();
+        drop(fresh);
+        drop(graph);
+
+        chain.buffer.copy_from(&vec![0; chain.buffer.len()])?;
+        chain.exec.launch(&self.stream)?;
+        let values = chain.buffer.to_vec_after(&self.stream)?;
+        verify_update(&values, k, step)?;
+        Ok(UpdateRun {
+            build,
+            update,
+            instantiate,
+        })
+    }
+
+    fn release_update(&mut self) -> Result<()> {
+        if self.update.take().is_some() {
+            // The executable graph's drop lets go of the buffer once its launches are done;
+            // the stream is synchronized after each launch anyway.
+            self.stream.synchronize()?;
+        }
+        Ok(())
     }
 
     fn stream_chain(&mut self, k: u32, shape: Shape, iters: u32) -> Result<StreamRun> {

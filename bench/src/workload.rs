@@ -198,6 +198,45 @@ pub struct CycleRun {
     pub instantiate: Duration,
 }
 
+/// What one step of the kernel chain's update measured ([`Workloads::update_step`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UpdateRun {
+    /// Building the step's graph: creating it and adding its k kernel nodes.
+    pub build: Duration,
+    /// Updating the kept executable graph in place from that graph.
+    pub update: Duration,
+    /// Instantiating a graph built the same way (a second build, not timed).
+    pub instantiate: Duration,
+}
+
+/// The value node `i` of the kernel chain adds at step `step` (`add_u32(p, n, v)`); the C
+/// baseline computes the same (`update_value` in `c/graph_bench.c`).
+pub fn update_value(step: u32, i: u32) -> u32 {
+    step.wrapping_add(i)
+}
+
+/// What one launch of step `step`'s kernel chain of `k` nodes adds to every element.
+pub fn update_sum(k: u32, step: u32) -> u32 {
+    (0..k).fold(0u32, |sum, i| sum.wrapping_add(update_value(step, i)))
+}
+
+/// Checks the buffer read back after a launch of the executable graph updated to step `step`
+/// (zeroed before the launch): every element must be [`update_sum`]; an element that is not
+/// shows that the update did not take effect on every node.
+pub fn verify_update(values: &[u32], k: u32, step: u32) -> Result<()> {
+    let want = update_sum(k, step);
+    match values.iter().position(|&v| v != want) {
+        None => Ok(()),
+        Some(at) => Err(BenchError(format!(
+            "wrong result after the update to step {step} (k = {k}): element {at} of {} is {}, expected {want} (the sum of the step's values; step {} gives {})",
+            values.len(),
+            values[at],
+            step.wrapping_sub(1),
+            update_sum(k, step.wrapping_sub(1)),
+        ))),
+    }
+}
+
 /// What one run of the workload without graphs measured (totals).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StreamRun {
@@ -249,4 +288,22 @@ pub trait Workloads {
     /// The same work without a graph: `iters` times k × (stream-ordered alloc, kernel,
     /// stream-ordered free) on one stream, then one synchronize.
     fn stream_chain(&mut self, k: u32, shape: Shape, iters: u32) -> Result<StreamRun>;
+
+    /// Sets up the kernel chain for [`update_step`](Workloads::update_step): a device buffer of
+    /// `shape.elements` values and an executable graph instantiated from step 0's chain, a graph
+    /// of `k` kernel nodes `add_u32(buffer, elements, update_value(0, i))`, each after the
+    /// previous one, without memory nodes (an update cannot change an alloc node's address,
+    /// which is fixed for the life of its graph). Releases the chain of a previous call first.
+    fn update_chain(&mut self, k: u32, shape: Shape) -> Result<()>;
+
+    /// One step of the kernel chain (`step` ≥ 1): builds the chain with step `step`'s values
+    /// ([`update_value`]) and updates the kept executable graph in place from it; builds it again
+    /// and instantiates that graph, then destroys the new executable graph without a launch;
+    /// then zeroes the buffer, launches the updated executable graph, synchronizes and checks the
+    /// buffer ([`verify_update`]). Times the first build, the update and the instantiation.
+    fn update_step(&mut self, step: u32) -> Result<UpdateRun>;
+
+    /// Destroys what [`update_chain`](Workloads::update_chain) set up, if anything, once its
+    /// launches are done.
+    fn release_update(&mut self) -> Result<()>;
 }
