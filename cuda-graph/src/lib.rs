@@ -264,6 +264,7 @@ mod memory;
 mod module;
 mod node_kind;
 mod pool;
+mod readback;
 mod stream;
 mod stream_alloc;
 mod transfer;
@@ -286,6 +287,10 @@ pub use live_objects::{LiveObjects, live_objects};
 pub use memory::{DeviceAddress, DeviceBuffer, MemsetValue};
 pub use module::{Function, KernelArgs, LaunchConfig, Module};
 pub use pool::MemPool;
+pub use readback::{
+    DriverNode, KernelNodeParams, MemAllocNodeParams, MemcpyNodeParams, MemcpyOperand,
+    MemsetNodeParams, NodeParams,
+};
 pub use stream::{AsStream, BorrowedStream, CaptureStatus, Stream, StreamFlags};
 pub use stream_alloc::StreamAllocation;
 pub use transfer::StreamMemOps;
