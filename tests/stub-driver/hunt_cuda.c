@@ -1725,13 +1725,13 @@ static struct cnode *find_node(CUgraphNode node, struct gdesc **graph)
         }
     return NULL;
 }
-static struct cnode *captured_node(CUgraphNode node) { return find_node(node, NULL); }
+static struct cnode *graph_node(CUgraphNode node) { return find_node(node, NULL); }
 static CUgraphNode dep_at(void *c, size_t i) { return ((struct cnode *)c)->deps[i]; }
 CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, CUgraphEdgeData *data, size_t *count)
 {
     lock_big(__func__);
     live(node, K_NODE, "cuGraphNodeGetDependencies");
-    struct cnode *c = captured_node(node);
+    struct cnode *c = graph_node(node);
     if (data && !deps)
         bad("cuGraphNodeGetDependencies: edge data asked for without the dependencies");
     if (c) {
@@ -1782,7 +1782,7 @@ CUresult cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode *out, CUgrap
 CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
 {
     lock_big(__func__);
-    struct cnode *n = captured_node(node);
+    struct cnode *n = graph_node(node);
     if (n)
         *type = (CUgraphNodeType)n->type;
     pthread_mutex_unlock(&big);
@@ -1793,7 +1793,7 @@ CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
 static struct cnode *node_of_type(CUgraphNode node, int type, const char *call)
 {
     live(node, K_NODE, call);
-    struct cnode *n = captured_node(node);
+    struct cnode *n = graph_node(node);
     if (n && n->type != type) {
         bad("%s: node %p is of type %d, not %d", call, node, n->type, type);
         return NULL;
