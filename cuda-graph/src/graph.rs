@@ -42,6 +42,24 @@ impl Node {
     pub fn index(self) -> usize {
         self.index as usize
     }
+
+    /// The id of the graph it belongs to ([`Graph::id`]); a node read back from the driver
+    /// ([`DriverNode`](crate::DriverNode)) is one of the graph that was asked.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::*;
+    /// # fn main() -> Result<()> {
+    /// let device = Device::get(0)?;
+    /// let mut graph = Graph::new(&device)?;
+    /// let node = graph.add_empty_node(&[])?;
+    /// assert_eq!(node.graph_id(), graph.id());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn graph_id(self) -> u64 {
+        self.graph
+    }
 }
 
 /// What a node does to graph allocations.

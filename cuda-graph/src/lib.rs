@@ -97,6 +97,16 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Reading a graph back
+//!
+//! [`Graph::node_params`] returns what the driver made of a node, explicit or captured, as a
+//! [`NodeParams`]: a kernel's function and shape, a memset's value and extent, a copy's ends and
+//! extent, an alloc node's address, size, pool properties and peer access list (G.7), a free
+//! node's address. [`Graph::dependencies`], [`Graph::dependents`], [`Graph::root_nodes`] and
+//! [`Graph::driver_nodes`] list the driver's edges and nodes as [`DriverNode`]s: the record's
+//! [`Node`] wherever the record holds the driver's node, so that the answers line up with
+//! [`Graph::nodes`].
+//!
 //! # Safety model
 //!
 //! A safe function of this crate never lets the GPU or the host touch memory its owner has
@@ -213,9 +223,15 @@
 //! **Bits are validated; sizes are checked.** Device memory is read back only as
 //! [`bytemuck::Pod`] types (`DeviceBuffer<&T>`, `<bool>`, `<char>` do not compile:
 //! `tests/compile-fail/device_buffer_of_*`); every size product on a path to the driver is
-//! checked (`memset_node_word_count_overflow_is_an_error`); an allocation of the device's whole memory or
-//! more is refused (`alloc_node_of_the_whole_device_memory_is_refused`; sums across graphs are
-//! the driver's to refuse, at launch).
+//! checked (`memset_node_word_count_overflow_is_an_error`); an allocation of the device's whole
+//! memory or more is refused (`alloc_node_of_the_whole_device_memory_is_refused`; sums across
+//! graphs are the driver's to refuse, at launch). What the readbacks ([`Graph::node_params`],
+//! [`Graph::driver_nodes`], ...) take from the driver is integers, newtypes of integers and raw
+//! pointers, valid for every bit pattern; the only pointer followed is an alloc node's peer
+//! access list, which the node owns while the graph lives; a list's count is the driver's, and
+//! its buffer is reserved without overflow, filled by a second call with that room, and refused
+//! when the second answer is longer than the first (`tests/readback_stub.rs`, under a stub that
+//! reports a list asked for with too little room).
 //!
 //! **Untrusted text stays text.** Labels and names are escaped in DOT output
 //! (`tests/dot_stub.rs`).
@@ -264,6 +280,7 @@ mod memory;
 mod module;
 mod node_kind;
 mod pool;
+mod readback;
 mod stream;
 mod stream_alloc;
 mod transfer;
@@ -286,6 +303,10 @@ pub use live_objects::{LiveObjects, live_objects};
 pub use memory::{DeviceAddress, DeviceBuffer, MemsetValue};
 pub use module::{Function, KernelArgs, LaunchConfig, Module};
 pub use pool::MemPool;
+pub use readback::{
+    DriverNode, KernelNodeParams, MemAllocNodeParams, MemcpyNodeParams, MemcpyOperand,
+    MemsetNodeParams, NodeParams,
+};
 pub use stream::{AsStream, BorrowedStream, CaptureStatus, Stream, StreamFlags};
 pub use stream_alloc::StreamAllocation;
 pub use transfer::StreamMemOps;

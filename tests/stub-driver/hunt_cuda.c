@@ -15,6 +15,13 @@
  *    arguments by the known kernels' layouts), so valgrind/ASan check the crate's buffers;
  *  - the current context is per thread, as in the driver.
  * One stream captures at a time (plus the streams forked into it); captured work forms a chain.
+ * Graphs read back as the driver describes them (cuGraphGetNodes, cuGraphGetEdges,
+ * cuGraphGetRootNodes, cuGraphNodeGetDependencies/DependentNodes, cuGraphNodeGetType and the
+ * kernel, memset, memcpy, alloc and free nodes' Get*Params): every node, explicit or captured, is
+ * recorded with its dependencies (a captured node's: the node captured before it) and the
+ * parameters it was made with (a captured kernel's function and shape, a captured memset's
+ * value and extent), and an alloc node's peer access list is the stub's copy, owned by the
+ * node. Argument arrays are not kept: a kernel node reads back without kernelParams.
  *
  * For tests of races and error paths (tests/attack_new.rs), each thread can arm one-shot hooks:
  * hunt_stall(call, ms) makes its next call of `call` sleep on entry (a thread preempted just
@@ -280,8 +287,17 @@ struct held { struct uobj *o; int count; };
 struct gdesc {
     struct op *ops; size_t n, cap;
     struct held *objs; size_t nobj, capobj;
-    /* captured graphs: their nodes */
-    struct cnode { CUgraphNode node; int type; CUdeviceptr address; size_t bytes; } *nodes;
+    /* every node, in the order made: its type, dependencies and parameters, for the Get calls */
+    struct cnode {
+        CUgraphNode node; int type; CUdeviceptr address; size_t bytes;
+        CUgraphNode *deps; size_t ndeps, capdeps;
+        union {
+            CUDA_KERNEL_NODE_PARAMS kernel;  /* kernelParams and extra NULL */
+            CUDA_MEMSET_NODE_PARAMS memset;
+            CUDA_MEMCPY3D memcpy;
+            CUDA_MEM_ALLOC_NODE_PARAMS alloc; /* accessDescs: the stub's copy, freed with the graph */
+        } p;
+    } *nodes;
     size_t nnodes, capnodes;
     unsigned long long flags; /* exec: instantiate flags */
     void *graph;              /* exec: its graph's handle */
@@ -304,22 +320,55 @@ static void push_obj(struct gdesc *g, struct uobj *o, int count)
     g->objs[g->nobj].count = count;
     g->nobj++;
 }
-static CUgraphNode push_node(struct gdesc *g, int type, CUdeviceptr address, size_t bytes)
+static void add_dep(struct cnode *c, CUgraphNode dep)
+{
+    if (c->ndeps == c->capdeps) {
+        c->capdeps = c->capdeps ? 2 * c->capdeps : 4;
+        c->deps = realloc(c->deps, c->capdeps * sizeof *c->deps);
+    }
+    c->deps[c->ndeps++] = dep;
+}
+/* Under `big`: records `node` in `g` after `deps`; the entry (valid until the next node of `g`)
+ * is zeroed but for its handle, type and dependencies. */
+static struct cnode *record_node(struct gdesc *g, CUgraphNode node, int type, const CUgraphNode *deps,
+                                 size_t count)
 {
     if (g->nnodes == g->capnodes) {
         g->capnodes = g->capnodes ? 2 * g->capnodes : 8;
         g->nodes = realloc(g->nodes, g->capnodes * sizeof *g->nodes);
     }
-    CUgraphNode node = new_handle(K_NODE, NULL);
-    g->nodes[g->nnodes].node = node;
-    g->nodes[g->nnodes].type = type;
-    g->nodes[g->nnodes].address = address;
-    g->nodes[g->nnodes].bytes = bytes;
-    g->nnodes++;
-    return node;
+    struct cnode *c = &g->nodes[g->nnodes++];
+    memset(c, 0, sizeof *c);
+    c->node = node;
+    c->type = type;
+    for (size_t i = 0; i < count; i++)
+        add_dep(c, deps[i]);
+    return c;
+}
+/* Under `big`: a captured node, after the node captured before it. */
+static struct cnode *push_node(struct gdesc *g, int type, CUdeviceptr address, size_t bytes)
+{
+    CUgraphNode prev = g->nnodes ? g->nodes[g->nnodes - 1].node : NULL;
+    struct cnode *c = record_node(g, new_handle(K_NODE, NULL), type, &prev, prev ? 1 : 0);
+    c->address = address;
+    c->bytes = bytes;
+    return c;
+}
+/* Under `big`: the entry of `node` in `g`, or NULL. */
+static struct cnode *node_in(struct gdesc *g, CUgraphNode node)
+{
+    for (size_t i = 0; g && i < g->nnodes; i++)
+        if (g->nodes[i].node == node)
+            return &g->nodes[i];
+    return NULL;
 }
 static void free_desc(struct gdesc *g)
 {
+    for (size_t i = 0; i < g->nnodes; i++) {
+        free(g->nodes[i].deps);
+        if (g->nodes[i].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+            free((void *)g->nodes[i].p.alloc.accessDescs);
+    }
     free(g->ops);
     free(g->objs);
     free(g->nodes);
@@ -1020,7 +1069,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
                         unsigned shared, CUstream s, void **params, void **extra)
 {
     MAYBE_FAIL();
-    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shared; (void)extra;
+    (void)extra;
     need_context("cuLaunchKernel");
     struct op op = {.type = OP_KERNEL, .a = (uintptr_t)f};
     lock_big(__func__);
@@ -1029,7 +1078,11 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
     int c = capturing(s);
     if (ok && c) {
         push_op(capture_desc, op);
-        push_node(capture_desc, CU_GRAPH_NODE_TYPE_KERNEL, 0, 0);
+        CUDA_KERNEL_NODE_PARAMS *k = &push_node(capture_desc, CU_GRAPH_NODE_TYPE_KERNEL, 0, 0)->p.kernel;
+        k->func = f;
+        k->gridDimX = gx, k->gridDimY = gy, k->gridDimZ = gz;
+        k->blockDimX = bx, k->blockDimY = by, k->blockDimZ = bz;
+        k->sharedMemBytes = shared;
     }
     pthread_mutex_unlock(&big);
     if (!ok)
@@ -1042,7 +1095,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 /* Stream-ordered memsets and copies: a use of their memory when they run, or a node when the
    stream captures. */
 static CUresult stream_use(CUstream s, CUdeviceptr a, CUdeviceptr b, int np, CUgraphNodeType type,
-                           const char *call)
+                           const char *call, const struct cnode *params)
 {
     if (hooked(call))
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1054,7 +1107,7 @@ static CUresult stream_use(CUstream s, CUdeviceptr a, CUdeviceptr b, int np, CUg
     int c = capturing(s);
     if (ok && c) {
         push_op(capture_desc, op);
-        push_node(capture_desc, type, 0, 0);
+        push_node(capture_desc, type, 0, 0)->p = params->p;
     }
     pthread_mutex_unlock(&big);
     if (!ok)
@@ -1063,25 +1116,36 @@ static CUresult stream_use(CUstream s, CUdeviceptr a, CUdeviceptr b, int np, CUg
         enqueue_on(stream_key(s), W_KERNEL, NULL, &op, call, NULL);
     return OK;
 }
+/* A 1-D memset's parameters as a captured node keeps them. */
+static struct cnode memset_params(CUdeviceptr d, unsigned v, unsigned size, size_t n)
+{
+    struct cnode c = {.type = CU_GRAPH_NODE_TYPE_MEMSET};
+    c.p.memset = (CUDA_MEMSET_NODE_PARAMS){.dst = d, .value = v, .elementSize = size, .width = n, .height = 1};
+    return c;
+}
 CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
 {
-    (void)v; (void)n;
-    return stream_use(s, d, 0, 1, CU_GRAPH_NODE_TYPE_MEMSET, "cuMemsetD8Async");
+    struct cnode p = memset_params(d, v, 1, n);
+    return stream_use(s, d, 0, 1, CU_GRAPH_NODE_TYPE_MEMSET, "cuMemsetD8Async", &p);
 }
 CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
 {
-    (void)v; (void)n;
-    return stream_use(s, d, 0, 1, CU_GRAPH_NODE_TYPE_MEMSET, "cuMemsetD16Async");
+    struct cnode p = memset_params(d, v, 2, n);
+    return stream_use(s, d, 0, 1, CU_GRAPH_NODE_TYPE_MEMSET, "cuMemsetD16Async", &p);
 }
 CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
 {
-    (void)v; (void)n;
-    return stream_use(s, d, 0, 1, CU_GRAPH_NODE_TYPE_MEMSET, "cuMemsetD32Async");
+    struct cnode p = memset_params(d, v, 4, n);
+    return stream_use(s, d, 0, 1, CU_GRAPH_NODE_TYPE_MEMSET, "cuMemsetD32Async", &p);
 }
+/* A copy between unified addresses, as the driver infers the memory types. */
 CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s)
 {
-    (void)n;
-    return stream_use(s, d, src, 2, CU_GRAPH_NODE_TYPE_MEMCPY, "cuMemcpyAsync");
+    struct cnode p = {.type = CU_GRAPH_NODE_TYPE_MEMCPY};
+    p.p.memcpy = (CUDA_MEMCPY3D){.srcMemoryType = CU_MEMORYTYPE_UNIFIED, .srcDevice = src,
+                                 .dstMemoryType = CU_MEMORYTYPE_UNIFIED, .dstDevice = d,
+                                 .WidthInBytes = n, .Height = 1, .Depth = 1};
+    return stream_use(s, d, src, 2, CU_GRAPH_NODE_TYPE_MEMCPY, "cuMemcpyAsync", &p);
 }
 
 /* ---------------------------------------------------------------- memory */
@@ -1145,7 +1209,12 @@ static CUresult alloc_async(CUdeviceptr *p, size_t bytes, CUstream s, const char
     *p = new_address(c ? S_UNMAPPED : S_LIVE);
     if (ok && c) {
         push_op(capture_desc, (struct op){.type = OP_ALLOC, .a = *p});
-        push_node(capture_desc, CU_GRAPH_NODE_TYPE_MEM_ALLOC, *p, bytes);
+        CUDA_MEM_ALLOC_NODE_PARAMS *a = &push_node(capture_desc, CU_GRAPH_NODE_TYPE_MEM_ALLOC, *p, bytes)->p.alloc;
+        /* the default pool's properties: pinned memory on device 0, no peer access */
+        a->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        a->poolProps.location = (CUmemLocation){.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+        a->bytesize = bytes;
+        a->dptr = *p;
     }
     pthread_mutex_unlock(&big);
     return ok ? OK : CUDA_ERROR_INVALID_HANDLE;
@@ -1254,8 +1323,10 @@ static struct gdesc *graph_for_node(CUgraph g, const CUgraphNode *deps, size_t c
     struct ent *e = live(g, K_GRAPH, call);
     return e ? e->desc : NULL;
 }
+/* Adds a node after `deps`, doing `op` (NULL: none) when the graph runs; `params` gives its type
+ * and the parameters it reads back with (an alloc node's access list is copied here). */
 static CUresult add_node(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, struct op *op,
-                         const char *call)
+                         const struct cnode *params, const char *call)
 {
     MAYBE_FAIL();
     lock_big(__func__);
@@ -1265,13 +1336,25 @@ static CUresult add_node(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, siz
             push_op(d, *op);
         /* A node with an op names it by position (1-based), for the executable graph's setters. */
         *n = new_handle(K_NODE, op ? (void *)(uintptr_t)d->n : NULL);
+        struct cnode *c = record_node(d, *n, params->type, deps, count);
+        c->address = params->address;
+        c->bytes = params->bytes;
+        c->p = params->p;
+        if (params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+            size_t k = params->p.alloc.accessDescCount;
+            CUmemAccessDesc *copy = k ? malloc(k * sizeof *copy) : NULL;
+            if (k)
+                memcpy(copy, params->p.alloc.accessDescs, k * sizeof *copy);
+            c->p.alloc.accessDescs = copy;
+        }
     }
     pthread_mutex_unlock(&big);
     return d ? OK : CUDA_ERROR_INVALID_VALUE;
 }
 CUresult cuGraphAddEmptyNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count)
 {
-    return add_node(n, g, deps, count, NULL, "cuGraphAddEmptyNode");
+    struct cnode params = {.type = CU_GRAPH_NODE_TYPE_EMPTY};
+    return add_node(n, g, deps, count, NULL, &params, "cuGraphAddEmptyNode");
 }
 CUresult cuGraphAddMemAllocNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
                                 CUDA_MEM_ALLOC_NODE_PARAMS *params)
@@ -1283,12 +1366,15 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *n, CUgraph g, const CUgraphNode *de
     params->dptr = new_address(S_UNMAPPED);
     pthread_mutex_unlock(&big);
     struct op op = {.type = OP_ALLOC, .a = params->dptr};
-    return add_node(n, g, deps, count, &op, "cuGraphAddMemAllocNode");
+    struct cnode node = {.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC, .address = params->dptr, .bytes = params->bytesize};
+    node.p.alloc = *params;
+    return add_node(n, g, deps, count, &op, &node, "cuGraphAddMemAllocNode");
 }
 CUresult cuGraphAddMemFreeNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUdeviceptr p)
 {
     struct op op = {.type = OP_FREE, .a = p};
-    return add_node(n, g, deps, count, &op, "cuGraphAddMemFreeNode");
+    struct cnode node = {.type = CU_GRAPH_NODE_TYPE_MEM_FREE, .address = p};
+    return add_node(n, g, deps, count, &op, &node, "cuGraphAddMemFreeNode");
 }
 CUresult cuGraphAddKernelNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
                               const CUDA_KERNEL_NODE_PARAMS *p)
@@ -1297,30 +1383,39 @@ CUresult cuGraphAddKernelNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps
     lock_big(__func__);
     op.np = read_args(p->func, p->kernelParams, op.p, "cuGraphAddKernelNode");
     pthread_mutex_unlock(&big);
-    return add_node(n, g, deps, count, &op, "cuGraphAddKernelNode");
+    struct cnode node = {.type = CU_GRAPH_NODE_TYPE_KERNEL};
+    node.p.kernel = *p;
+    node.p.kernel.kernelParams = NULL;
+    node.p.kernel.extra = NULL;
+    return add_node(n, g, deps, count, &op, &node, "cuGraphAddKernelNode");
 }
 CUresult cuGraphAddHostNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
                             const CUDA_HOST_NODE_PARAMS *p)
 {
     struct op op = {.type = OP_HOST, .a = (uintptr_t)p->fn, .b = (uintptr_t)p->userData};
-    return add_node(n, g, deps, count, &op, "cuGraphAddHostNode");
+    struct cnode node = {.type = CU_GRAPH_NODE_TYPE_HOST};
+    return add_node(n, g, deps, count, &op, &node, "cuGraphAddHostNode");
 }
 CUresult cuGraphAddMemsetNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
                               const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c)
 {
     (void)c;
     struct op op = {.type = OP_USE, .np = 1, .p = {p->dst}};
-    return add_node(n, g, deps, count, &op, "cuGraphAddMemsetNode");
+    struct cnode node = {.type = CU_GRAPH_NODE_TYPE_MEMSET};
+    node.p.memset = *p;
+    return add_node(n, g, deps, count, &op, &node, "cuGraphAddMemsetNode");
 }
 CUresult cuGraphAddMemcpyNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count,
                               const CUDA_MEMCPY3D *p, CUcontext c)
 {
     (void)c;
     struct op op = {.type = OP_USE, .np = 2, .p = {p->srcDevice, p->dstDevice}};
-    return add_node(n, g, deps, count, &op, "cuGraphAddMemcpyNode");
+    struct cnode node = {.type = CU_GRAPH_NODE_TYPE_MEMCPY};
+    node.p.memcpy = *p;
+    return add_node(n, g, deps, count, &op, &node, "cuGraphAddMemcpyNode");
 }
 static CUresult add_event_node(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUevent ev,
-                               const char *call)
+                               CUgraphNodeType type, const char *call)
 {
     lock_big(__func__);
     int ok = live(ev, K_EVENT, call) != NULL;
@@ -1328,15 +1423,16 @@ static CUresult add_event_node(CUgraphNode *n, CUgraph g, const CUgraphNode *dep
     if (!ok)
         return CUDA_ERROR_INVALID_HANDLE;
     struct op op = {.type = OP_EVENT, .a = (uintptr_t)ev};
-    return add_node(n, g, deps, count, &op, call);
+    struct cnode node = {.type = type};
+    return add_node(n, g, deps, count, &op, &node, call);
 }
 CUresult cuGraphAddEventRecordNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUevent ev)
 {
-    return add_event_node(n, g, deps, count, ev, "cuGraphAddEventRecordNode");
+    return add_event_node(n, g, deps, count, ev, CU_GRAPH_NODE_TYPE_EVENT_RECORD, "cuGraphAddEventRecordNode");
 }
 CUresult cuGraphAddEventWaitNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUevent ev)
 {
-    return add_event_node(n, g, deps, count, ev, "cuGraphAddEventWaitNode");
+    return add_event_node(n, g, deps, count, ev, CU_GRAPH_NODE_TYPE_WAIT_EVENT, "cuGraphAddEventWaitNode");
 }
 /* Under `big`: appends `child`'s work to `parent`. */
 static void append_ops(struct gdesc *parent, const struct gdesc *child)
@@ -1352,6 +1448,7 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode *n, CUgraph g, const CUgraphNode *
     if (d) {
         append_ops(d, c->desc);
         *n = new_handle(K_NODE, NULL);
+        record_node(d, *n, CU_GRAPH_NODE_TYPE_GRAPH, deps, count);
     }
     pthread_mutex_unlock(&big);
     return d ? OK : CUDA_ERROR_INVALID_VALUE;
@@ -1375,6 +1472,7 @@ CUresult cuGraphAddNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, cons
             c->state = S_MOVED;
         }
         *n = new_handle(K_NODE, NULL);
+        record_node(d, *n, CU_GRAPH_NODE_TYPE_GRAPH, deps, count);
     }
     pthread_mutex_unlock(&big);
     return d ? OK : CUDA_ERROR_INVALID_VALUE;
@@ -1384,9 +1482,18 @@ CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgrap
 {
     (void)data;
     lock_big(__func__);
-    int ok = live(g, K_GRAPH, "cuGraphAddDependencies") != NULL;
+    struct ent *e = live(g, K_GRAPH, "cuGraphAddDependencies");
+    int ok = e != NULL;
     for (size_t i = 0; ok && i < count; i++)
         ok = live(from[i], K_NODE, "cuGraphAddDependencies") && live(to[i], K_NODE, "cuGraphAddDependencies");
+    for (size_t i = 0; ok && i < count; i++) {
+        struct cnode *f = node_in(e->desc, from[i]), *t = node_in(e->desc, to[i]);
+        if (!f || !t) {
+            bad("cuGraphAddDependencies: a node of another graph");
+            ok = 0;
+        } else
+            add_dep(t, from[i]);
+    }
     pthread_mutex_unlock(&big);
     return ok ? OK : CUDA_ERROR_INVALID_VALUE;
 }
@@ -1524,84 +1631,217 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode node, cons
     return ok ? OK : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* Captured graphs read back as their chain. */
+/* Graphs read back as their nodes and edges, each node with the parameters it was made with. */
 static struct gdesc *graph_desc(CUgraph g, const char *call)
 {
     struct ent *e = live(g, K_GRAPH, call);
     return e ? e->desc : NULL;
 }
+/* Under `big`: writes the `n` nodes that `node_at(i)` gives into `out`, which has room for
+ * `*count` (as the driver: a null array asks for the count; room left over is set to NULL; the
+ * count becomes the number written). Room for fewer than `n` is reported: the crate asks with
+ * the count it was given. */
+static void write_nodes(CUgraphNode *out, size_t *count, size_t n, CUgraphNode (*node_at)(void *, size_t),
+                        void *ctx, const char *call)
+{
+    if (!out) {
+        *count = n;
+        return;
+    }
+    if (*count < n)
+        bad("%s: room for %zu nodes, %zu to write", call, *count, n);
+    size_t written = n < *count ? n : *count;
+    for (size_t i = 0; i < *count; i++)
+        out[i] = i < written ? node_at(ctx, i) : NULL;
+    *count = written;
+}
+static CUgraphNode graph_node_at(void *d, size_t i) { return ((struct gdesc *)d)->nodes[i].node; }
 CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *count)
 {
     lock_big(__func__);
     struct gdesc *d = graph_desc(g, "cuGraphGetNodes");
-    size_t n = d ? d->nnodes : 0;
-    if (nodes) {
-        if (*count < n)
-            bad("cuGraphGetNodes: room for %zu nodes, %zu to write (the driver writes min)", *count, n);
-        for (size_t i = 0; i < n && i < *count; i++)
-            nodes[i] = d->nodes[i].node;
-    }
-    *count = n;
+    if (d)
+        write_nodes(nodes, count, d->nnodes, graph_node_at, d, "cuGraphGetNodes");
     pthread_mutex_unlock(&big);
     return d ? OK : CUDA_ERROR_INVALID_HANDLE;
 }
+/* The `i`th root of a graph: its `i`th node without dependencies. */
+static CUgraphNode root_at(void *d, size_t i)
+{
+    struct gdesc *g = d;
+    for (size_t j = 0; j < g->nnodes; j++)
+        if (!g->nodes[j].ndeps && i-- == 0)
+            return g->nodes[j].node;
+    return NULL;
+}
+CUresult cuGraphGetRootNodes(CUgraph g, CUgraphNode *roots, size_t *count)
+{
+    lock_big(__func__);
+    struct gdesc *d = graph_desc(g, "cuGraphGetRootNodes");
+    size_t n = 0;
+    for (size_t j = 0; d && j < d->nnodes; j++)
+        n += !d->nodes[j].ndeps;
+    if (d)
+        write_nodes(roots, count, n, root_at, d, "cuGraphGetRootNodes");
+    pthread_mutex_unlock(&big);
+    return d ? OK : CUDA_ERROR_INVALID_HANDLE;
+}
+/* Edges in the order of their targets, each target's in the order added. */
 CUresult cuGraphGetEdges(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *data, size_t *count)
 {
     lock_big(__func__);
     struct gdesc *d = graph_desc(g, "cuGraphGetEdges");
-    size_t n = d && d->nnodes ? d->nnodes - 1 : 0;
+    size_t n = 0;
+    for (size_t j = 0; d && j < d->nnodes; j++)
+        n += d->nodes[j].ndeps;
     if (from || to) {
         if (!from || !to)
             bad("cuGraphGetEdges: one of from/to is null");
-        for (size_t i = 0; from && to && i < n && i < *count; i++) {
-            from[i] = d->nodes[i].node;
-            to[i] = d->nodes[i + 1].node;
-            if (data)
-                memset(&data[i], 0, sizeof data[i]);
-        }
+        size_t i = 0;
+        for (size_t j = 0; d && from && to && j < d->nnodes; j++)
+            for (size_t k = 0; k < d->nodes[j].ndeps && i < *count; k++, i++) {
+                from[i] = d->nodes[j].deps[k];
+                to[i] = d->nodes[j].node;
+                if (data)
+                    memset(&data[i], 0, sizeof data[i]);
+            }
     }
     *count = n;
     pthread_mutex_unlock(&big);
     return d ? OK : CUDA_ERROR_INVALID_HANDLE;
 }
-static struct cnode *captured_node(CUgraphNode node)
+/* Under `big`: the entry of a node of a live graph, and that graph, or NULL. */
+static struct cnode *find_node(CUgraphNode node, struct gdesc **graph)
 {
     /* linear over every live graph is too slow; nodes remember nothing, so search the table */
     for (size_t i = 0; i <= tab_mask; i++)
         if (tab[i].key && tab[i].kind == K_GRAPH && tab[i].desc) {
-            struct gdesc *d = tab[i].desc;
-            for (size_t j = 0; j < d->nnodes; j++)
-                if (d->nodes[j].node == node)
-                    return &d->nodes[j];
+            struct cnode *c = node_in(tab[i].desc, node);
+            if (c) {
+                if (graph)
+                    *graph = tab[i].desc;
+                return c;
+            }
         }
     return NULL;
+}
+static struct cnode *graph_node(CUgraphNode node) { return find_node(node, NULL); }
+static CUgraphNode dep_at(void *c, size_t i) { return ((struct cnode *)c)->deps[i]; }
+CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode *deps, CUgraphEdgeData *data, size_t *count)
+{
+    lock_big(__func__);
+    live(node, K_NODE, "cuGraphNodeGetDependencies");
+    struct cnode *c = graph_node(node);
+    if (data && !deps)
+        bad("cuGraphNodeGetDependencies: edge data asked for without the dependencies");
+    if (c) {
+        write_nodes(deps, count, c->ndeps, dep_at, c, "cuGraphNodeGetDependencies");
+        for (size_t i = 0; data && deps && i < *count; i++)
+            memset(&data[i], 0, sizeof data[i]);
+    }
+    pthread_mutex_unlock(&big);
+    return c ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+/* The dependents of a node: the nodes of its graph that list it, in the graph's order. */
+struct dependents { struct gdesc *g; CUgraphNode node; };
+static int depends_on(const struct cnode *c, CUgraphNode node)
+{
+    for (size_t k = 0; k < c->ndeps; k++)
+        if (c->deps[k] == node)
+            return 1;
+    return 0;
+}
+static CUgraphNode dependent_at(void *ctx, size_t i)
+{
+    struct dependents *w = ctx;
+    for (size_t j = 0; j < w->g->nnodes; j++)
+        if (depends_on(&w->g->nodes[j], w->node) && i-- == 0)
+            return w->g->nodes[j].node;
+    return NULL;
+}
+CUresult cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode *out, CUgraphEdgeData *data, size_t *count)
+{
+    lock_big(__func__);
+    live(node, K_NODE, "cuGraphNodeGetDependentNodes");
+    struct gdesc *g = NULL;
+    struct cnode *c = find_node(node, &g);
+    if (data && !out)
+        bad("cuGraphNodeGetDependentNodes: edge data asked for without the nodes");
+    if (c) {
+        struct dependents w = {g, node};
+        size_t n = 0;
+        for (size_t j = 0; j < g->nnodes; j++)
+            n += depends_on(&g->nodes[j], node);
+        write_nodes(out, count, n, dependent_at, &w, "cuGraphNodeGetDependentNodes");
+        for (size_t i = 0; data && out && i < *count; i++)
+            memset(&data[i], 0, sizeof data[i]);
+    }
+    pthread_mutex_unlock(&big);
+    return c ? OK : CUDA_ERROR_INVALID_VALUE;
 }
 CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *type)
 {
     lock_big(__func__);
-    struct cnode *n = captured_node(node);
+    struct cnode *n = graph_node(node);
     if (n)
         *type = (CUgraphNodeType)n->type;
     pthread_mutex_unlock(&big);
     return n ? OK : CUDA_ERROR_INVALID_HANDLE;
 }
+/* Under `big`: the entry of `node` when it is a node of a live graph of `type`, else NULL after
+ * reporting a call for another type (the crate asks by the type it read). */
+static struct cnode *node_of_type(CUgraphNode node, int type, const char *call)
+{
+    live(node, K_NODE, call);
+    struct cnode *n = graph_node(node);
+    if (n && n->type != type) {
+        bad("%s: node %p is of type %d, not %d", call, node, n->type, type);
+        return NULL;
+    }
+    return n;
+}
+CUresult cuGraphKernelNodeGetParams(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *params)
+{
+    lock_big(__func__);
+    struct cnode *n = node_of_type(node, CU_GRAPH_NODE_TYPE_KERNEL, "cuGraphKernelNodeGetParams");
+    if (n)
+        *params = n->p.kernel;
+    pthread_mutex_unlock(&big);
+    return n ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphMemsetNodeGetParams(CUgraphNode node, CUDA_MEMSET_NODE_PARAMS *params)
+{
+    lock_big(__func__);
+    struct cnode *n = node_of_type(node, CU_GRAPH_NODE_TYPE_MEMSET, "cuGraphMemsetNodeGetParams");
+    if (n)
+        *params = n->p.memset;
+    pthread_mutex_unlock(&big);
+    return n ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphMemcpyNodeGetParams(CUgraphNode node, CUDA_MEMCPY3D *params)
+{
+    lock_big(__func__);
+    struct cnode *n = node_of_type(node, CU_GRAPH_NODE_TYPE_MEMCPY, "cuGraphMemcpyNodeGetParams");
+    if (n)
+        *params = n->p.memcpy;
+    pthread_mutex_unlock(&big);
+    return n ? OK : CUDA_ERROR_INVALID_VALUE;
+}
+/* The access list points at the node's own copy, valid while the graph exists, as the driver's. */
 CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *params)
 {
     lock_big(__func__);
-    struct cnode *n = captured_node(node);
-    if (n && n->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
-        memset(params, 0, sizeof *params);
-        params->bytesize = n->bytes;
-        params->dptr = n->address;
-    }
+    struct cnode *n = node_of_type(node, CU_GRAPH_NODE_TYPE_MEM_ALLOC, "cuGraphMemAllocNodeGetParams");
+    if (n)
+        *params = n->p.alloc;
     pthread_mutex_unlock(&big);
     return n ? OK : CUDA_ERROR_INVALID_VALUE;
 }
 CUresult cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr *address)
 {
     lock_big(__func__);
-    struct cnode *n = captured_node(node);
-    if (n && n->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+    struct cnode *n = node_of_type(node, CU_GRAPH_NODE_TYPE_MEM_FREE, "cuGraphMemFreeNodeGetParams");
+    if (n)
         *address = n->address;
     pthread_mutex_unlock(&big);
     return n ? OK : CUDA_ERROR_INVALID_VALUE;
