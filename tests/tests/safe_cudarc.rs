@@ -330,10 +330,16 @@ fn cudarc_handles_the_crate_cannot_order_are_refused() {
         );
     };
 
-    let empty = cs.alloc_zeros::<u32>(0).unwrap();
-    let refused = CudarcSlice::new(empty).unwrap_err();
-    invalid(&refused.error, "CudarcSlice::new");
-    assert_eq!(refused.value.len(), 0);
+    // cudarc's empty slice (`CudaStream::null`, a 0-byte cuMemAllocAsync), where the driver
+    // makes one.
+    match cs.null::<u32>() {
+        Ok(empty) => {
+            let refused = CudarcSlice::new(empty).unwrap_err();
+            invalid(&refused.error, "CudarcSlice::new");
+            assert_eq!(refused.value.len(), 0);
+        }
+        Err(e) => println!("cudarc made no empty slice ({e:?}): that refusal is not tried"),
+    }
 
     let per_thread = ctx.per_thread_stream();
     let on_per_thread = per_thread.alloc_zeros::<u32>(16).unwrap();
