@@ -272,8 +272,9 @@ impl Drop for CudarcMemory {
 ///   by the caller, as cudarc requires then).
 /// - [`CudarcSlice::as_cudarc`], read-only access while the crate holds the slice, makes the
 ///   slice's stream wait for the uses recorded so far, and records no cudarc event: cudarc reads
-///   on the slice's own stream follow them; cudarc reads on another stream do not, and no cudarc
-///   read follows a graph launch or a use queued after the call.
+///   on the slice's own stream follow them; cudarc reads on another stream do not, nor does any
+///   cudarc read follow a graph launch on another stream (graph launches are not recorded uses:
+///   graphs keep the slice instead) or a use queued after the call.
 ///
 /// **The crate does not see cudarc's work** on the slice after [`CudarcSlice::new`] (which waits
 /// on the host for cudarc's work on the slice so far, so that work the crate queues on any stream
@@ -282,16 +283,18 @@ impl Drop for CudarcMemory {
 /// later work on other streams. cudarc work captured into a capture of this crate is a node of the
 /// captured graph like any other, but the graph keeps nothing it refers to, with one exception:
 /// a slice whose [`as_cudarc`](CudarcSlice::as_cudarc) is called while its own stream captures
-/// into a capture of this crate is kept by that capture's graph.
+/// into a capture of this crate is kept by that capture's graph (and `as_cudarc` is refused while
+/// the stream captures into a capture other code began, such as cudarc's `begin_capture`).
 ///
 /// # Capturing cudarc work
 ///
-/// With event tracking on, a cudarc operation waits for events the slices' earlier operations
-/// recorded, outside the capture: stream capture does not allow an event wait across its
-/// boundary, and the capture is invalidated. Capture cudarc work on slices allocated after
-/// `CudaContext::disable_event_tracking` (`unsafe`: then the caller orders cudarc's streams), as
-/// cudarc's own capture tests do. The capture stream must not be cudarc's default stream (the
-/// legacy stream cannot capture): use one made with `CudaContext::new_stream`.
+/// When cudarc manages stream synchronization (event tracking on, and a stream made with
+/// `CudaContext::new_stream`, which a capture needs), a cudarc operation waits for events the
+/// slices' earlier operations recorded outside the capture: stream capture does not allow an
+/// event wait across its boundary, and the capture is invalidated. Capture cudarc work on slices
+/// allocated after `CudaContext::disable_event_tracking` (`unsafe`: then the caller orders
+/// cudarc's streams), as cudarc's own capture tests do. The capture stream must not be cudarc's
+/// default stream (the legacy stream cannot capture): use one made with `new_stream`.
 ///
 /// cudarc panics when `libcuda` or one of its symbols is missing (its dynamic loading): open the
 /// device through this crate first ([`Device::get`] fails with an error instead), then cudarc.
@@ -452,11 +455,14 @@ impl<T: Pod> CudarcSlice<T> {
     /// that stream follows them (on other streams it does not: [`CudarcSlice`]'s docs). While the
     /// slice's stream captures into a capture of this crate, nothing is waited for (an event wait
     /// cannot cross the capture's boundary) and the captured graph keeps the slice, so that cudarc
-    /// work captured there on it is covered.
+    /// work captured there on it is covered; while it captures otherwise (a capture other code
+    /// began, whose graph would keep nothing, or an invalidated one), access is refused.
     ///
     /// # Errors
     ///
-    /// [`Device::bind`]'s errors; [`Error::InDoubt`] when a use could not be tracked;
+    /// [`Error::Capturing`] naming `CudarcSlice::as_cudarc` while the slice's stream captures,
+    /// but not into a capture of this crate; [`Device::bind`]'s errors; [`Error::InDoubt`] when a
+    /// use could not be tracked;
     /// [`Error::Driver`] naming `cuStreamIsCapturing`, `cuStreamGetCaptureInfo` or
     /// `cuStreamWaitEvent`; [`Error::InvalidArgument`] naming `CudarcSlice::as_cudarc` if the
     /// slice is not a `CudaSlice<T>` (never: the type is fixed by [`new`](CudarcSlice::new)).
@@ -473,6 +479,13 @@ impl<T: Pod> CudarcSlice<T> {
                 uses.wait_on(raw, None)?;
             } else if let Some(keep) = capture_id(raw)?.and_then(deferred::capture_keep) {
                 keep.push(Arc::clone(&self.memory) as Keep);
+            } else {
+                // A capture other code began (cudarc's begin_capture, for one): its graph would
+                // keep nothing cudarc captures on the slice.
+                return Err(Error::Capturing {
+                    call: CALL,
+                    instead: "the slice's stream captures into a capture not begun through this crate, whose graph would not keep the slice; read it before or after that capture",
+                });
             }
         }
         memory

@@ -20,6 +20,7 @@ use cuda_graph::{
     AsStream, BorrowedStream, CaptureMode, CudarcSlice, Device, DeviceAddress, Error, Graph,
     InstantiateFlags, KernelArgs, LaunchConfig, Stream, StreamFlags, capture,
 };
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use probe::{PATTERN, SPIN_50_MS, assert_intact, read_words};
 use safe_common::{BYTES, Gpu, N, assert_all, assert_iota, assert_no_drop_errors, config, gpu};
@@ -312,10 +313,11 @@ fn capture_on_a_cudarc_stream_keeps_cudarc_memory() {
     assert_no_drop_errors(&g.device);
 }
 
-/// What the adoption functions and `CudarcSlice::new` refuse, each with its value handed back
-/// or nothing changed: an empty slice; a slice on the per-thread stream (cudarc would free it
-/// on whichever thread's per-thread stream); a slice whose stream captures; a stream or a
-/// context that is not the device's primary context's.
+/// What the adoption functions and `CudarcSlice` refuse, each with its value handed back or
+/// nothing changed: an empty slice; a slice on the per-thread stream (cudarc would free it on
+/// whichever thread's per-thread stream); a slice whose stream captures; `as_cudarc` while
+/// cudarc's own capture records the slice's stream; a stream or a context that is not the
+/// device's primary context's.
 #[test]
 #[ignore = "needs a GPU"]
 fn cudarc_handles_the_crate_cannot_order_are_refused() {
@@ -370,6 +372,26 @@ fn cudarc_handles_the_crate_cannot_order_are_refused() {
         refused.error
     );
     drop(refused);
+
+    // Read access while cudarc's own capture records the slice's stream: refused (that graph
+    // would keep nothing cudarc captures on the slice).
+    let kept = zeroed(&cs);
+    cs.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    let e = kept.as_cudarc().unwrap_err();
+    let cudarc_graph = cs.end_capture(CUgraphInstantiate_flags(0));
+    assert!(
+        matches!(
+            e,
+            Error::Capturing {
+                call: "CudarcSlice::as_cudarc",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    drop(cudarc_graph.expect("end cudarc's capture"));
+    drop(kept);
 
     let other = CudaContext::new_non_primary(0, 0).expect("a non-primary context");
     invalid(
