@@ -596,9 +596,9 @@ impl KernelArgs {
     }
 
     /// After `call` queued work on a stream: stream allocations (and cudarc slices) among the
-    /// arguments are not freed before it. When a use cannot be recorded, the stream is synchronized before the
-    /// error is returned, so that no free can overtake the work; where that is impossible, the
-    /// allocation is kept ([`Error::InDoubt`]).
+    /// arguments are not freed before it. When a use cannot be recorded, the stream is
+    /// synchronized before the error is returned, so that no free can overtake the work; where
+    /// that is impossible, the allocation is kept ([`Error::InDoubt`]).
     fn note_stream_uses(&self, call: &'static str, stream: &impl AsStream) -> Result<()> {
         for owner in &self.owners {
             if let ArgOwner::Stream(m) = owner {
