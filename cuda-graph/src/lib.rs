@@ -141,6 +141,18 @@
 //! | [`GraphAllocation::free_async`], [`Capture::free_async`], free nodes | a free | ordered after every known use (below) | `free_async_waits_for_a_queued_consumer_on_another_stream`, `relaunch_on_another_stream_keeps_a_pending_kernel_use`, `per_thread_stream_uses_from_two_threads_are_both_waited_for` |
 //! | [`StreamAllocation`] | a stream-ordered free | its handle or the last graph holding it | `stream_allocation_drop_waits_for_a_graph_on_another_stream`, `stream_allocation_dropped_in_a_thread_local_capture_of_the_per_thread_stream_is_freed` |
 //! | [`DeviceBuffer`] | `cuMemFree` | its handle or the last graph holding it | `memset_node_keeps_its_device_buffer_alive` |
+#![cfg_attr(
+    feature = "cudarc",
+    doc = "| [`CudarcSlice`] (the `cudarc` feature), [`CudarcSlice::new`] | a cudarc slice's address; cudarc's free on the slice's stream | its handle or the last graph holding it; the free waits for every use the crate recorded, on any stream | `cudarc_slice_dropped_after_building_a_graph_that_writes_it_stays_allocated`, `cudarc_slice_free_waits_for_a_kernel_on_another_stream` (`tests/safe_cudarc.rs`) |"
+)]
+#![cfg_attr(
+    feature = "cudarc",
+    doc = "| [`CudarcSlice::into_inner`], [`CudarcSlice::as_cudarc`] | the slice, back to cudarc | the slice's stream waits for the recorded uses first (`into_inner`: then cudarc's write event is recorded there); what cudarc and the crate do not see of each other: [`CudarcSlice`] | `into_inner_orders_cudarc_after_the_crates_work` |"
+)]
+#![cfg_attr(
+    feature = "cudarc",
+    doc = "| [`Device::from_cudarc`]; [`BorrowedStream::from_cudarc`] (unsafe: captures begun outside the crate, cudarc's `begin_capture` among them) | cudarc's context and stream handles | the borrow of the `CudaContext`, `CudaStream` (the device retains its primary context itself) | `cudarc_handles_the_crate_cannot_order_are_refused`, `capture_on_a_cudarc_stream_keeps_cudarc_memory` |"
+)]
 //! | [`Stream`], [`Event`], [`Module`], [`MemPool`], [`ExecGraph`], [`Graph`] drops | destroys | each value; queued while a capture forbids it | `device_buffers_dropped_during_another_threads_global_capture_are_freed`, `stream_dropped_during_a_capture_does_not_free_into_it`, `last_exec_graph_dropped_inside_a_global_capture_keeps_the_capture_and_frees`, `deferred_frees_belong_to_the_device_not_the_handle` |
 //!
 //! **Order is enforced or refused, never assumed.** Uses of a graph allocation outside its
@@ -256,6 +268,10 @@ mod bytes;
 mod capture;
 pub mod check;
 pub mod conditional;
+// cudarc 0.19 interop: `Device::from_cudarc`, `BorrowedStream::from_cudarc`, `CudarcSlice`; only
+// with the `cudarc` feature (off by default).
+#[cfg(feature = "cudarc")]
+mod cudarc;
 mod deferred;
 mod device;
 mod dot;
@@ -290,6 +306,9 @@ pub use alloc::{Access, AllocParams, GraphAllocation};
 pub use bytes::Bytes;
 pub use capture::{Capture, CaptureMode, capture};
 pub use conditional::{Condition, ConditionalKind};
+// `self::`: a bare `cudarc::` here would also name the cudarc crate.
+#[cfg(feature = "cudarc")]
+pub use self::cudarc::{CudarcSlice, Refused};
 pub use deferred::{DropErrors, flush_deferred};
 pub use device::{Device, HEADERS_VERSION, device_count, driver_version, init};
 pub use error::{AllocationRef, DriverError, Error, Result, UpdateRefusal};

@@ -58,6 +58,10 @@ pub enum Owner<'a> {
     Stream(&'a Arc<StreamMemory>),
     /// A `cuMemAlloc` buffer: `cuMemFree` waits for the device, so keeping it alive suffices.
     Buffer(&'a Arc<BufferMemory>),
+    /// A cudarc slice ([`CudarcSlice`](crate::CudarcSlice)): its uses are recorded per stream,
+    /// as a stream allocation's, and its free by cudarc waits for them.
+    #[cfg(feature = "cudarc")]
+    Cudarc(&'a Arc<crate::cudarc::CudarcMemory>),
 }
 
 impl Owner<'_> {
@@ -67,6 +71,8 @@ impl Owner<'_> {
             Owner::Graph(a) => a.keep(),
             Owner::Stream(m) => Arc::clone(m) as Keep,
             Owner::Buffer(m) => Arc::clone(m) as Keep,
+            #[cfg(feature = "cudarc")]
+            Owner::Cudarc(m) => Arc::clone(m) as Keep,
         }
     }
 }
@@ -258,8 +264,9 @@ impl<T: Pod> DeviceAddress for DeviceBuffer<T> {
     }
 }
 
-// The other two kinds of memory: their types are below this module (they name neither the trait
-// nor `Owner`), and the trait's implementations for them are here, beside the trait.
+// The other kinds of memory (and, with the `cudarc` feature, cudarc's): their types are below this
+// module (they name neither the trait nor `Owner`), and the trait's implementations for them are
+// here, beside the trait.
 
 impl sealed::Sealed for GraphAllocation {
     fn owner(&self) -> Owner<'_> {
@@ -283,6 +290,23 @@ impl<S: AsStream> sealed::Sealed for StreamAllocation<'_, S> {
 }
 
 impl<S: AsStream> DeviceAddress for StreamAllocation<'_, S> {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.memory().ptr
+    }
+    fn byte_len(&self) -> usize {
+        self.memory().bytes
+    }
+}
+
+#[cfg(feature = "cudarc")]
+impl<T: Pod> sealed::Sealed for crate::cudarc::CudarcSlice<T> {
+    fn owner(&self) -> Owner<'_> {
+        Owner::Cudarc(self.memory())
+    }
+}
+
+#[cfg(feature = "cudarc")]
+impl<T: Pod> DeviceAddress for crate::cudarc::CudarcSlice<T> {
     fn device_ptr(&self) -> sys::CUdeviceptr {
         self.memory().ptr
     }

@@ -421,6 +421,8 @@ enum ArgOwner {
     Graph(GraphAllocation),
     Stream(Arc<StreamMemory>),
     Buffer(Arc<BufferMemory>),
+    #[cfg(feature = "cudarc")]
+    Cudarc(Arc<crate::cudarc::CudarcMemory>),
 }
 
 /// Arguments kept inline: words and arguments. A list this size stays under 128 bytes, which
@@ -536,6 +538,8 @@ impl KernelArgs {
             Owner::Graph(a) => ArgOwner::Graph(a.clone()),
             Owner::Stream(m) => ArgOwner::Stream(m.clone()),
             Owner::Buffer(m) => ArgOwner::Buffer(m.clone()),
+            #[cfg(feature = "cudarc")]
+            Owner::Cudarc(m) => ArgOwner::Cudarc(m.clone()),
         });
         self.value(target.device_ptr())
     }
@@ -566,6 +570,8 @@ impl KernelArgs {
             ArgOwner::Graph(a) => a.keep(),
             ArgOwner::Stream(m) => m.clone() as Keep,
             ArgOwner::Buffer(m) => m.clone() as Keep,
+            #[cfg(feature = "cudarc")]
+            ArgOwner::Cudarc(m) => m.clone() as Keep,
         })
     }
 
@@ -589,13 +595,22 @@ impl KernelArgs {
         f(pointers.as_mut_ptr())
     }
 
-    /// After `call` queued work on a stream: stream allocations among the arguments are not
-    /// freed before it. When a use cannot be recorded, the stream is synchronized before the
-    /// error is returned, so that no free can overtake the work; where that is impossible, the
-    /// allocation is kept ([`Error::InDoubt`]).
+    /// After `call` queued work on a stream: stream allocations (and cudarc slices) among the
+    /// arguments are not freed before it. When a use cannot be recorded, the stream is
+    /// synchronized before the error is returned, so that no free can overtake the work; where
+    /// that is impossible, the allocation is kept ([`Error::InDoubt`]).
     fn note_stream_uses(&self, call: &'static str, stream: &impl AsStream) -> Result<()> {
         for owner in &self.owners {
             if let ArgOwner::Stream(m) = owner {
+                if let Err(e) = m.note_stream_use(stream) {
+                    if !crate::uses::wait_unmarked(stream) {
+                        m.doubt(call);
+                    }
+                    return Err(e);
+                }
+            }
+            #[cfg(feature = "cudarc")]
+            if let ArgOwner::Cudarc(m) = owner {
                 if let Err(e) = m.note_stream_use(stream) {
                     if !crate::uses::wait_unmarked(stream) {
                         m.doubt(call);
