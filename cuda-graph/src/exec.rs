@@ -305,7 +305,10 @@ impl ExecGraph {
     /// with nothing launched, when `stream` captures into a capture begun through this crate
     /// (add the graph as a child graph node instead); [`Error::NotLive`] naming
     /// `ExecGraph::launch` and the allocation when the graph frees or uses an allocation of
-    /// another graph that is not live;
+    /// another graph that is not live; [`Error::InUseByHost`] naming `ExecGraph::launch`, with
+    /// nothing launched, while the host holds a view of a [`PinnedBuffer`](crate::PinnedBuffer)
+    /// that a memcpy node of the graph copies to or from; [`Error::InDoubt`] after a launch whose
+    /// end could not be tracked;
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamGetId`, `cuStreamWaitEvent`
     /// (ordering the launch after other streams' uses and frees) or `cuGraphLaunch`. After the
     /// launch, [`Error::Driver`] naming `cuEventCreate` or `cuEventRecord` when the launch cannot

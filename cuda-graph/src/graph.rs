@@ -737,8 +737,12 @@ impl Graph {
         let params = sys::CUDA_MEMCPY3D {
             srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
             srcHost: src.memory().ptr().cast_const(),
+            srcPitch: bytes,
+            srcHeight: 1,
             dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
             dstDevice: dst.device_ptr(),
+            dstPitch: bytes,
+            dstHeight: 1,
             WidthInBytes: bytes,
             Height: 1,
             Depth: 1,
@@ -768,8 +772,12 @@ impl Graph {
         let params = sys::CUDA_MEMCPY3D {
             srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
             srcDevice: src.device_ptr(),
+            srcPitch: bytes,
+            srcHeight: 1,
             dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
             dstHost: dst.memory().ptr(),
+            dstPitch: bytes,
+            dstHeight: 1,
             WidthInBytes: bytes,
             Height: 1,
             Depth: 1,
@@ -778,9 +786,9 @@ impl Graph {
         self.add_host_memcpy_node(deps, &params, src, dst.keep())
     }
 
-    /// Adds the memcpy node `params` describes between `device` memory and the pinned memory
-    /// that `host` keeps, both checked by the caller; records the use of a graph allocation
-    /// and keeps both alive.
+    /// Adds the memcpy node `params` describes (one row of `bytes`, its pitches that row's
+    /// length) between `device` memory and the pinned memory that `host` keeps, both checked by
+    /// the caller; records the use of a graph allocation and keeps both alive.
     fn add_host_memcpy_node(
         &mut self,
         deps: &[Node],

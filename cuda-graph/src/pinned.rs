@@ -160,6 +160,11 @@ impl PinnedMemory {
 
     /// Whether every GPU use queued so far has completed.
     fn is_idle(&self) -> Result<bool> {
+        if deferred::in_host_function() {
+            return Err(Error::InHostFunction {
+                call: "PinnedBuffer::is_idle",
+            });
+        }
         let events: Vec<Arc<Event>> = {
             let state = self.lock();
             state.uses.tracked()?;
@@ -402,6 +407,7 @@ impl<T: Pod> PinnedBuffer<T> {
     ///
     /// # Errors
     ///
+    /// [`Error::InHostFunction`] naming `PinnedBuffer::is_idle` in a host node's function;
     /// [`Error::InDoubt`] when work queued on the buffer could not be tracked;
     /// [`Error::Driver`] naming `cuEventQuery`.
     pub fn is_idle(&self) -> Result<bool> {
