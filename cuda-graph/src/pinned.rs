@@ -123,7 +123,8 @@ impl PinnedMemory {
         let mut state = self.lock();
         state.before_gpu_use(call)?;
         op()?;
-        if let Err(e) = state.uses.note(&self.device, stream, id) {
+        // The event is the stream's device's (the memory is pinned for every context).
+        if let Err(e) = state.uses.note(stream.device(), stream, id) {
             if !wait_unmarked(stream) {
                 state.doubt(call);
             }
