@@ -15,6 +15,7 @@
 //! | `memcpy_nodes_keep_their_dropped_pinned_buffers` | a node's pinned source or destination dropped before instantiate and launch is still allocated when the node runs, and freed after | the graph's keep of the pinned memory |
 //! | `stream_copy_keeps_its_dropped_pinned_buffer_until_it_ran` | a pinned buffer dropped right after a stream copy is freed after the copy, not before | the free's wait for the copy's event |
 //! | `views_wait_for_queued_copies_and_launches` | a view taken while a copy or a launch that writes or reads the buffer is queued shows the copy's data, and the copy read the old data | the view's wait |
+//! | `views_racing_gpu_work_wait_for_it` | a view taken while another thread is inside the driver call that queues a copy or a launch on the buffer waits for it | the buffer's lock held from the check to the record |
 //! | `gpu_work_is_refused_while_a_view_lives` | stream copies and launches that use a buffer a view holds are `InUseByHost`, nothing queued | the refusal |
 //! | `captured_copies_keep_their_pinned_buffers` | copies captured through the guard, or through `StreamMemOps` on a capturing stream, keep their pinned buffers | the capture's keep |
 //! | `view_during_a_global_capture_waits_without_synchronizing` | a view taken while a `Global` capture runs waits by polling, not with a synchronizing call the capture forbids | the polling path |
@@ -85,6 +86,15 @@ fn last_host_read() -> u64 {
     let f: extern "C" fn() -> u64 =
         unsafe { std::mem::transmute(stub_symbol(c"hunt_last_host_read")) };
     f()
+}
+
+/// The calling thread's next call of `call` sleeps `ms` ms on entry.
+fn stall(call: &'static CStr, ms: i32) {
+    // SAFETY: the stub's `void hunt_stall(const char *, int)`; it keeps the pointer, which is
+    // static.
+    let f: extern "C" fn(*const libc::c_char, i32) =
+        unsafe { std::mem::transmute(stub_symbol(c"hunt_stall")) };
+    f(call.as_ptr(), ms);
 }
 
 /// Works through the crate's deferred releases until `done` holds (the release thread frees
@@ -367,6 +377,63 @@ fn refused_body() {
 #[test]
 fn gpu_work_is_refused_while_a_view_lives() {
     isolated("gpu_work_is_refused_while_a_view_lives", SLOW, refused_body);
+}
+
+/// A view taken while another thread is inside the driver call that queues GPU work on the
+/// buffer (preempted there: the stub stalls it 300 ms on entry), after the crate's check that
+/// no view is alive: the view waits for that work too, since the check, the call and the record
+/// of the use are made under the buffer's lock. For a stream copy into the buffer and for a
+/// launch of a graph that copies into it.
+fn views_racing_body() {
+    let d = Device::get(0).unwrap();
+    let s = Stream::new(&d).unwrap();
+    let dev = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    let out = PinnedBuffer::<u32>::zeroed(&d, WORDS).unwrap();
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            stall(c"cuMemcpyDtoHAsync", 300);
+            s.memcpy_dtoh_async(&out, &dev, BYTES)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let view = out.as_slice().unwrap();
+        assert!(
+            view.iter().all(|&x| x == D2H_WORD),
+            "a view racing a stream copy: {:#x}",
+            view[0]
+        );
+        drop(view);
+        worker.join().unwrap().unwrap();
+    });
+
+    let mut out = out;
+    out.copy_from_slice(&[0; WORDS]).unwrap();
+    let mut graph = Graph::new(&d).unwrap();
+    graph.add_memcpy_node_dtoh(&[], &out, &dev, BYTES).unwrap();
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    let exec = std::thread::scope(|scope| {
+        let s = &s;
+        let worker = scope.spawn(move || {
+            stall(c"cuGraphLaunch", 300);
+            exec.launch(s).map(|()| exec)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        let view = out.as_slice().unwrap();
+        assert!(
+            view.iter().all(|&x| x == D2H_WORD),
+            "a view racing a launch: {:#x}",
+            view[0]
+        );
+        drop(view);
+        worker.join().unwrap().unwrap()
+    });
+    s.synchronize().unwrap();
+    drop((exec, graph));
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+}
+
+#[test]
+fn views_racing_gpu_work_wait_for_it() {
+    isolated("views_racing_gpu_work_wait_for_it", &[], views_racing_body);
 }
 
 /// A view taken on a thread whose `Global` capture is active, while a copy into the buffer is
