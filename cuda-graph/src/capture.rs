@@ -16,10 +16,11 @@ use crate::int_hash::IdMap;
 use crate::keep::KeepList;
 use crate::memory::{DeviceAddress, MemsetValue};
 use crate::module::{Function, KernelArgs, LaunchConfig};
+use crate::pinned::PinnedBuffer;
 use crate::pool::MemPool;
 use crate::stream::{AsStream, CaptureStatus, Stream, capture_id};
 use crate::sys;
-use crate::transfer::{check_memcpy, check_memset};
+use crate::transfer::{check_host_memcpy, check_memcpy, check_memset};
 
 /// How a capture reacts to capture-unsafe calls on other threads (`CUstreamCaptureMode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -442,6 +443,77 @@ impl<'s, S: AsStream> Capture<'s, S> {
             driver!(unsafe {
                 sys::cuMemcpyAsync(
                     dst.device_ptr(),
+                    src.device_ptr(),
+                    bytes,
+                    self.stream.as_raw_stream(),
+                )
+            })
+        })
+    }
+
+    /// `cuMemcpyHtoDAsync` of the first `bytes` of the pinned buffer `src` to device memory
+    /// `dst`, on the capturing stream: becomes a memcpy node of the captured graph, which keeps
+    /// both alive (and reads `src` at each launch as it is then: write it between launches
+    /// through [`PinnedBuffer::as_mut_slice`](crate::PinnedBuffer::as_mut_slice)); writing a
+    /// graph allocation is a use the lifetime checks see. Pageable host memory is not offered:
+    /// the node reads its source at every launch.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `Capture::memcpy_htod_async`, before the driver, when
+    /// `bytes` is 0 or does not fit `dst` or `src`; [`Device::bind`]'s errors;
+    /// [`Error::Driver`] naming `cuMemcpyHtoDAsync` or `cuStreamGetCaptureInfo`.
+    pub fn memcpy_htod_async<T: bytemuck::Pod>(
+        &self,
+        dst: &impl DeviceAddress,
+        src: &PinnedBuffer<T>,
+        bytes: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Capture::memcpy_htod_async";
+        check_host_memcpy(CALL, dst, src.byte_len(), bytes)?;
+        // Kept before the copy is captured: a node that exists keeps its source, whatever fails
+        // after it.
+        self.keep.push(src.keep());
+        let operands = KernelArgs::new().ptr(dst);
+        self.captured_use(NodeKind::Memcpy, &operands, || {
+            // SAFETY: `bytes` fit both (checked); the stream captures, so the copy becomes a
+            // node of the graph, which keeps both alive.
+            driver!(unsafe {
+                sys::cuMemcpyHtoDAsync(
+                    dst.device_ptr(),
+                    src.memory().ptr().cast_const(),
+                    bytes,
+                    self.stream.as_raw_stream(),
+                )
+            })
+        })
+    }
+
+    /// `cuMemcpyDtoHAsync` of the first `bytes` of device memory `src` into the pinned buffer
+    /// `dst`, on the capturing stream: becomes a memcpy node of the captured graph, kept and
+    /// recorded as in [`memcpy_htod_async`](Capture::memcpy_htod_async); read the result after a
+    /// launch through [`PinnedBuffer::as_slice`](crate::PinnedBuffer::as_slice), which waits for
+    /// it.
+    ///
+    /// # Errors
+    ///
+    /// As [`memcpy_htod_async`](Capture::memcpy_htod_async)'s, naming
+    /// `Capture::memcpy_dtoh_async` and `cuMemcpyDtoHAsync`.
+    pub fn memcpy_dtoh_async<T: bytemuck::Pod>(
+        &self,
+        dst: &PinnedBuffer<T>,
+        src: &impl DeviceAddress,
+        bytes: usize,
+    ) -> Result<()> {
+        const CALL: &str = "Capture::memcpy_dtoh_async";
+        check_host_memcpy(CALL, src, dst.byte_len(), bytes)?;
+        self.keep.push(dst.keep());
+        let operands = KernelArgs::new().ptr(src);
+        self.captured_use(NodeKind::Memcpy, &operands, || {
+            // SAFETY: as in `memcpy_htod_async`, with the pinned memory written.
+            driver!(unsafe {
+                sys::cuMemcpyDtoHAsync(
+                    dst.memory().ptr(),
                     src.device_ptr(),
                     bytes,
                     self.stream.as_raw_stream(),

@@ -93,6 +93,15 @@ pub enum Error {
         /// The operation that queued the work.
         queued_by: &'static str,
     },
+    /// GPU work on a [`PinnedBuffer`](crate::PinnedBuffer) (a stream copy, the launch of a
+    /// graph that copies to or from it) is refused while the host holds a view of it
+    /// ([`PinnedBuffer::as_slice`](crate::PinnedBuffer::as_slice) or
+    /// [`as_mut_slice`](crate::PinnedBuffer::as_mut_slice)): the GPU would read or write memory
+    /// that Rust code is reading or writing. Nothing was queued; drop the view first.
+    InUseByHost {
+        /// The operation.
+        call: &'static str,
+    },
     /// An argument the safe layer rejects before calling CUDA.
     InvalidArgument {
         /// The operation.
@@ -170,6 +179,10 @@ impl fmt::Display for Error {
             Error::InHostFunction { call } => write!(
                 f,
                 "{call}: called from a host node's function, where CUDA must not be called"
+            ),
+            Error::InUseByHost { call } => write!(
+                f,
+                "{call}: a pinned buffer it reads or writes is borrowed by the host (a PinnedBuffer::as_slice or as_mut_slice view is alive); nothing was queued"
             ),
             Error::InDoubt { queued_by } => write!(
                 f,

@@ -14,6 +14,7 @@ use crate::handle::Handle;
 use crate::keep::KeepList;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::node_kind::NodeKind;
+use crate::pinned::PinnedMemory;
 use crate::stream::AsStream;
 use crate::sys;
 use crate::uses::spare_event;
@@ -165,6 +166,7 @@ impl Graph {
             locked_order([&unfreed, &foreign_frees, &foreign_uses]);
         Ok(ExecGraph {
             graph_id: self.id,
+            pinned: pinned_in(&self.keep),
             keep: self.keep.clone(),
             node_keeps: Vec::new(),
             in_doubt: std::cell::Cell::new(false),
@@ -197,6 +199,16 @@ fn refuse_capture(stream: &impl AsStream) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The pinned host memory that the nodes of a graph whose list is `keep` copy to or from (its
+/// memcpy nodes', its captured copies', its child graphs' and conditional bodies', all of which
+/// are in the list), once each, in address order (the order launches lock them in).
+fn pinned_in(keep: &KeepList) -> Vec<Arc<PinnedMemory>> {
+    let mut pinned = keep.of_type::<PinnedMemory>();
+    pinned.sort_by_key(|m| m.ptr() as usize);
+    pinned.dedup_by_key(|m| m.ptr() as usize);
+    pinned
 }
 
 /// Every allocation of `lists`, once each, in id order (the order the launch path locks them
@@ -243,6 +255,10 @@ pub struct ExecGraph {
     unfreed_at: Vec<usize>,
     frees_at: Vec<usize>,
     uses_at: Vec<usize>,
+    /// The pinned host memory its nodes copy to or from, in address order: each launch is
+    /// refused while the host holds a view of one ([`Error::InUseByHost`]), and its event is
+    /// recorded in each, for views and frees to wait for.
+    pinned: Vec<Arc<PinnedMemory>>,
     /// Events of earlier launches, recorded again once no allocation holds them.
     events: std::cell::RefCell<Vec<Arc<crate::event::Event>>>,
     /// What the nodes refer to: the graph's list, shared with it (the ownership rule).
@@ -289,7 +305,10 @@ impl ExecGraph {
     /// with nothing launched, when `stream` captures into a capture begun through this crate
     /// (add the graph as a child graph node instead); [`Error::NotLive`] naming
     /// `ExecGraph::launch` and the allocation when the graph frees or uses an allocation of
-    /// another graph that is not live;
+    /// another graph that is not live; [`Error::InUseByHost`] naming `ExecGraph::launch`, with
+    /// nothing launched, while the host holds a view of a [`PinnedBuffer`](crate::PinnedBuffer)
+    /// that a memcpy node of the graph copies to or from; [`Error::InDoubt`] after a launch whose
+    /// end could not be tracked;
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamGetId`, `cuStreamWaitEvent`
     /// (ordering the launch after other streams' uses and frees) or `cuGraphLaunch`. After the
     /// launch, [`Error::Driver`] naming `cuEventCreate` or `cuEventRecord` when the launch cannot
@@ -297,7 +316,10 @@ impl ExecGraph {
     /// error is returned.
     #[inline]
     pub fn launch(&self, stream: &impl AsStream) -> Result<()> {
-        if self.unfreed.is_empty() && self.foreign_frees.is_empty() && self.foreign_uses.is_empty()
+        if self.unfreed.is_empty()
+            && self.foreign_frees.is_empty()
+            && self.foreign_uses.is_empty()
+            && self.pinned.is_empty()
         {
             // Special streams (per-thread, legacy) need the context current.
             self.device.bind()?;
@@ -329,9 +351,10 @@ impl ExecGraph {
         self.launch_with_allocations(stream)
     }
 
-    /// The launch of a graph that allocates, frees or uses allocations outside itself: checked,
-    /// ordered and recorded under the allocations' locks, so that no free on another thread
-    /// slips between the check and the launch.
+    /// The launch of a graph that allocates, frees or uses allocations outside itself, or copies
+    /// to or from pinned host memory: checked, ordered and recorded under the allocations' and
+    /// the pinned memories' locks, so that no free on another thread slips between the check
+    /// and the launch, nor a host view of the pinned memory.
     fn launch_with_allocations(&self, stream: &impl AsStream) -> Result<()> {
         let auto_free = self.flags.contains(InstantiateFlags::AUTO_FREE_ON_LAUNCH);
         if !auto_free {
@@ -368,6 +391,11 @@ impl ExecGraph {
                 });
             }
         }
+        // After the allocations' locks, as everywhere (`pinned`).
+        let mut hosts: Vec<_> = self.pinned.iter().map(|m| m.lock()).collect();
+        for host in &hosts {
+            host.before_gpu_use(LAUNCH)?;
+        }
         for &at in &self.uses_at {
             states[at].order_use(raw, id)?;
         }
@@ -399,6 +427,10 @@ impl ExecGraph {
             if self.after_unmarked(&mut states, stream) {
                 // Done: what it allocated, used and freed is in a known state.
                 self.mark(&mut states, id, None);
+            } else {
+                for host in &mut hosts {
+                    host.doubt(LAUNCH);
+                }
             }
             return Err(e);
         }
@@ -407,6 +439,9 @@ impl ExecGraph {
         }
         *self.last_launch.borrow_mut() = Some(event.clone());
         self.mark(&mut states, id, Some(&event));
+        for host in &mut hosts {
+            host.used_by_launch(id, &event);
+        }
         Ok(())
     }
 
@@ -540,6 +575,7 @@ impl ExecGraph {
         // What the previous nodes refer to stays until the launches queued so far are done,
         // and so do the settings of single nodes, which the update replaced.
         let previous = std::mem::replace(&mut self.keep, graph.keep.clone());
+        self.pinned = pinned_in(&self.keep);
         let settings = std::mem::take(&mut self.node_keeps);
         self.release_after_last_launch((previous, settings));
         // Without memory nodes on either side, only the other graphs' allocations it uses change.

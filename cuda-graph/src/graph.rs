@@ -18,6 +18,7 @@ use crate::int_hash::IdMap;
 use crate::keep::KeepList;
 use crate::memory::DeviceAddress;
 use crate::module::{Function, KernelArgs, LaunchConfig};
+use crate::pinned::PinnedBuffer;
 use crate::sys;
 
 pub use crate::node_kind::NodeKind;
@@ -722,6 +723,108 @@ impl Graph {
         let uses = [dst.graph_allocation(), src.graph_allocation()];
         self.nodes[node.index()].uses = uses.into_iter().flatten().cloned().collect();
         self.keep.extend([dst.owner().keep(), src.owner().keep()]);
+        Ok(node)
+    }
+
+    /// Adds a memcpy node copying the first `bytes` of the pinned host buffer `src` to device
+    /// memory `dst` (`cuGraphAddMemcpyNode` with a `CU_MEMORYTYPE_HOST` source): the input
+    /// half of NVIDIA's graphMemoryNodes sample. The graph keeps `src`'s memory and `dst`
+    /// alive (the ownership rule of the crate docs' "Safety model"); a graph allocation as
+    /// `dst` is a use the lifetime checks see. Each launch reads `src` as it is when the node
+    /// runs: write it between launches through [`PinnedBuffer::as_mut_slice`], which waits for
+    /// the launches queued before, and while which launches are refused
+    /// ([`Error::InUseByHost`]).
+    ///
+    /// A pageable `&[T]` is not offered: the node reads its source at every launch, long after
+    /// a borrowed slice may be gone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `cuGraphAddMemcpyNode`, before the driver is called, when
+    /// `bytes` is 0 or more than `src` or `dst` holds, and likewise when a node of `deps` belongs
+    /// to another graph or is listed twice; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuGraphAddMemcpyNode`.
+    pub fn add_memcpy_node_htod<T: bytemuck::Pod>(
+        &mut self,
+        deps: &[Node],
+        dst: &impl DeviceAddress,
+        src: &PinnedBuffer<T>,
+        bytes: usize,
+    ) -> Result<Node> {
+        crate::transfer::check_host_memcpy("cuGraphAddMemcpyNode", dst, src.byte_len(), bytes)?;
+        let params = sys::CUDA_MEMCPY3D {
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            srcHost: src.memory().ptr().cast_const(),
+            srcPitch: bytes,
+            srcHeight: 1,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstDevice: dst.device_ptr(),
+            dstPitch: bytes,
+            dstHeight: 1,
+            WidthInBytes: bytes,
+            Height: 1,
+            Depth: 1,
+            ..Default::default()
+        };
+        self.add_host_memcpy_node(deps, &params, dst, src.keep())
+    }
+
+    /// Adds a memcpy node copying the first `bytes` of device memory `src` into the pinned host
+    /// buffer `dst` (`cuGraphAddMemcpyNode` with a `CU_MEMORYTYPE_HOST` destination): the
+    /// output half of the graphMemoryNodes sample. Kept and recorded as in
+    /// [`add_memcpy_node_htod`](Graph::add_memcpy_node_htod); read the result through
+    /// [`PinnedBuffer::as_slice`], which waits for the launches queued before. A pageable
+    /// `&mut [T]` is not offered, for the same reason.
+    ///
+    /// # Errors
+    ///
+    /// As [`add_memcpy_node_htod`](Graph::add_memcpy_node_htod)'s.
+    pub fn add_memcpy_node_dtoh<T: bytemuck::Pod>(
+        &mut self,
+        deps: &[Node],
+        dst: &PinnedBuffer<T>,
+        src: &impl DeviceAddress,
+        bytes: usize,
+    ) -> Result<Node> {
+        crate::transfer::check_host_memcpy("cuGraphAddMemcpyNode", src, dst.byte_len(), bytes)?;
+        let params = sys::CUDA_MEMCPY3D {
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcDevice: src.device_ptr(),
+            srcPitch: bytes,
+            srcHeight: 1,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            dstHost: dst.memory().ptr(),
+            dstPitch: bytes,
+            dstHeight: 1,
+            WidthInBytes: bytes,
+            Height: 1,
+            Depth: 1,
+            ..Default::default()
+        };
+        self.add_host_memcpy_node(deps, &params, src, dst.keep())
+    }
+
+    /// Adds the memcpy node `params` describes (one row of `bytes`, its pitches that row's
+    /// length) between `device` memory and the pinned memory that `host` keeps, both checked by
+    /// the caller; records the use of a graph allocation and keeps both alive.
+    fn add_host_memcpy_node(
+        &mut self,
+        deps: &[Node],
+        params: &sys::CUDA_MEMCPY3D,
+        device: &impl DeviceAddress,
+        host: crate::keep::Keep,
+    ) -> Result<Node> {
+        const CALL: &str = "cuGraphAddMemcpyNode";
+        self.device.bind()?;
+        let context = self.device.context_raw();
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+            // SAFETY: `add_raw`'s pointers are valid for the call; both ranges were checked
+            // against their sizes, and the graph keeps both memories from now on.
+            unsafe { sys::cuGraphAddMemcpyNode(node, graph, deps, count, params, context) }
+        })?;
+        let node = self.push(raw, NodeKind::Memcpy, indices);
+        self.nodes[node.index()].uses = device.graph_allocation().cloned().into_iter().collect();
+        self.keep.extend([device.owner().keep(), host]);
         Ok(node)
     }
 

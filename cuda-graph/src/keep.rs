@@ -41,6 +41,16 @@ impl KeepList {
         self.lock().extend(taken);
     }
 
+    /// The values that are a `T`, cloned (an executable graph's pinned host memory, which it
+    /// records its launches in).
+    pub(crate) fn of_type<T: std::any::Any + Send + Sync>(&self) -> Vec<Arc<T>> {
+        self.lock()
+            .iter()
+            .filter(|keep| (***keep).is::<T>())
+            .filter_map(|keep| Arc::clone(keep).downcast::<T>().ok())
+            .collect()
+    }
+
     /// The values, cloned.
     pub(crate) fn snapshot(&self) -> Vec<Keep> {
         self.lock().clone()

@@ -119,7 +119,8 @@
 //! **Ownership follows the GPU.** Whatever a node, a captured call or a launch refers to stays
 //! allocated until the GPU can no longer touch it. A [`Graph`] keeps, in one list, the
 //! [`Function`]'s module of every kernel node, the memory of every [`DeviceAddress`] operand
-//! (memset, memcpy, kernel arguments passed with [`KernelArgs::ptr`]), every allocation of its
+//! (memset, memcpy, kernel arguments passed with [`KernelArgs::ptr`]), the memory of every
+//! [`PinnedBuffer`] a memcpy node copies to or from, every allocation of its
 //! alloc nodes, host closures, events, and child graphs' lists; [`Capture`] keeps the same for
 //! captured calls. Every [`ExecGraph`] made from the graph holds the list too, and records an
 //! event after each launch; dropped, it destroys the executable graph (CUDA defers
@@ -132,6 +133,10 @@
 //! | function | handed to the driver | kept by | test |
 //! |---|---|---|---|
 //! | [`Graph::add_memset_node`], [`Graph::add_memcpy_node`] | device addresses | the graph's list | `memset_node_keeps_its_device_buffer_alive`, `memset_node_keeps_its_stream_allocation_alive`, `memcpy_node_keeps_its_source_and_destination_alive` |
+//! | [`Graph::add_memcpy_node_htod`], [`Graph::add_memcpy_node_dtoh`], [`Capture::memcpy_htod_async`], [`Capture::memcpy_dtoh_async`] | a pinned host address, a device address | the list | `tests/host_memory_stub.rs`: `memcpy_nodes_keep_their_dropped_pinned_buffers`, `captured_copies_keep_their_pinned_buffers`; `tests/safe_host_memory.rs`: `pinned_buffers_dropped_after_building_are_the_ones_copied` |
+//! | [`StreamMemOps::memcpy_htod_async`], [`StreamMemOps::memcpy_dtoh_async`] | a pinned host address, a device address | the buffer's memory, whose free waits for the copy's event; on a stream that captures into a capture of this crate, the captured graph's list | `tests/host_memory_stub.rs`: `stream_copy_keeps_its_dropped_pinned_buffer_until_it_ran`, `captured_copies_keep_their_pinned_buffers` |
+//! | [`PinnedBuffer`] | `cuMemFreeHost` | its handle or the last graph holding it, then every stream copy's and launch's event recorded on it; queued while a capture forbids it | `tests/host_memory_stub.rs`: `pinned_buffer_dropped_during_a_global_capture_is_freed_after_it` |
+//! | [`PinnedBuffer::as_slice`], [`PinnedBuffer::as_mut_slice`] (host views) | nothing: the host reads and writes | waits for every recorded GPU use first; GPU work on the buffer refused while alive (below) | `tests/host_memory_stub.rs`: `views_wait_for_queued_copies_and_launches`, `gpu_work_is_refused_while_a_view_lives`, `view_during_a_global_capture_waits_without_synchronizing`; `tests/safe_host_memory.rs`: `view_waits_for_the_launch_and_refuses_the_next` |
 //! | [`Graph::add_kernel_node`], [`Capture::launch`] (unsafe: argument types) | function, argument addresses | the list | `kernel_node_keeps_its_module_loaded`, `captured_launch_keeps_its_module_loaded` |
 //! | [`Graph::add_host_node`] | a closure | the list | `host_node_closure_lives_until_the_driver_is_done_with_it` |
 //! | [`Graph::add_event_record_node`], [`Graph::add_event_wait_node`] | an event | the list | `tests/safe_outside.rs` |
@@ -154,6 +159,29 @@
     doc = "| [`Device::from_cudarc`]; [`BorrowedStream::from_cudarc`] (unsafe: captures begun outside the crate, cudarc's `begin_capture` among them) | cudarc's context and stream handles | the borrow of the `CudaContext`, `CudaStream` (the device retains its primary context itself) | `cudarc_handles_the_crate_cannot_order_are_refused`, `capture_on_a_cudarc_stream_keeps_cudarc_memory` |"
 )]
 //! | [`Stream`], [`Event`], [`Module`], [`MemPool`], [`ExecGraph`], [`Graph`] drops | destroys | each value; queued while a capture forbids it | `device_buffers_dropped_during_another_threads_global_capture_are_freed`, `stream_dropped_during_a_capture_does_not_free_into_it`, `last_exec_graph_dropped_inside_a_global_capture_keeps_the_capture_and_frees`, `deferred_frees_belong_to_the_device_not_the_handle` |
+//!
+//! **The host and the GPU never touch pinned memory at once.** A [`PinnedBuffer`]'s memory is
+//! shared the way a [`DeviceBuffer`]'s is, not borrowed: a memcpy node or captured copy puts it
+//! in the graph's list (a lifetime would not do, for the reason above: the executable graph
+//! outlives the borrow). Rust code reads and writes it only through views
+//! ([`PinnedBuffer::as_slice`], [`PinnedBuffer::as_mut_slice`], and `to_vec` and
+//! `copy_from_slice`, which take one). The memory records its GPU uses, per real stream: an
+//! event after each stream copy ([`StreamMemOps::memcpy_htod_async`],
+//! [`StreamMemOps::memcpy_dtoh_async`]) and the event after each launch of an executable graph
+//! whose list holds it. Taking a view first counts it, then waits for those events
+//! (`cuEventSynchronize`; polled with `cuEventQuery` where a capture of this crate forbids
+//! synchronizing); while a view is counted, stream copies and launches that would use the
+//! memory are refused with [`Error::InUseByHost`], with nothing queued. Both decide under the
+//! memory's lock, so a GPU use is either recorded before a view is counted (and waited for) or
+//! refused. A forgotten view leaves the buffer refusing GPU work, never racing it. A view is
+//! refused in a host node's function ([`Error::InHostFunction`]), which may be the very work
+//! it would wait for. Pageable host memory (`&[T]`, `&mut [T]`) is not offered in graphs,
+//! captures or stream copies: a node reads its host memory at every launch, long after a
+//! borrowed slice may be gone, and a stream copy from pageable memory may still read it after
+//! the call returns; [`DeviceBuffer::copy_from`] and [`DeviceBuffer::to_vec`] copy pageable
+//! memory synchronously. Outside what the crate sees: the address of [`PinnedBuffer::as_ptr`]
+//! passed to kernels or copies as a plain value, and graphs launched by other code (handed
+//! over with [`Graph::into_raw`], or launched from the device).
 //!
 //! **Order is enforced or refused, never assumed.** Uses of a graph allocation outside its
 //! graph are recorded per real stream: the driver's stream id (`cuStreamGetId`), so the
@@ -235,9 +263,11 @@
 //! **Bits are validated; sizes are checked.** Device memory is read back only as
 //! [`bytemuck::Pod`] types (`DeviceBuffer<&T>`, `<bool>`, `<char>` do not compile:
 //! `tests/compile-fail/device_buffer_of_*`); every size product on a path to the driver is
-//! checked (`memset_node_word_count_overflow_is_an_error`); an allocation of the device's whole
-//! memory or more is refused (`alloc_node_of_the_whole_device_memory_is_refused`; sums across
-//! graphs are the driver's to refuse, at launch). What the readbacks ([`Graph::node_params`],
+//! checked (`memset_node_word_count_overflow_is_an_error`; for pinned buffers and host copies,
+//! `tests/host_memory_stub.rs`, `sizes_and_bounds_are_typed_errors_naming_the_call`); a
+//! [`PinnedBuffer`] holds `Pod` values too, zeroed when allocated; an allocation of the
+//! device's whole memory or more is refused (`alloc_node_of_the_whole_device_memory_is_refused`;
+//! sums across graphs are the driver's to refuse, at launch). What the readbacks ([`Graph::node_params`],
 //! [`Graph::driver_nodes`], ...) take from the driver is integers, newtypes of integers and raw
 //! pointers, valid for every bit pattern; the only pointer followed is an alloc node's peer
 //! access list, which the node owns while the graph lives; a list's count is the driver's, and
@@ -295,6 +325,7 @@ mod live_objects;
 mod memory;
 mod module;
 mod node_kind;
+mod pinned;
 mod pool;
 mod readback;
 mod stream;
@@ -321,6 +352,7 @@ pub use inline_list::Few;
 pub use live_objects::{LiveObjects, live_objects};
 pub use memory::{DeviceAddress, DeviceBuffer, MemsetValue};
 pub use module::{Function, KernelArgs, LaunchConfig, Module};
+pub use pinned::{PinnedBuffer, PinnedMut, PinnedRef};
 pub use pool::MemPool;
 pub use readback::{
     DriverNode, KernelNodeParams, MemAllocNodeParams, MemcpyNodeParams, MemcpyOperand,

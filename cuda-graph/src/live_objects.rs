@@ -17,9 +17,10 @@ pub(crate) enum Kind {
     MemPool,
     DeviceBuffer,
     StreamAllocation,
+    PinnedBuffer,
 }
 
-const KINDS: usize = 10;
+const KINDS: usize = 11;
 static LIVE: [AtomicIsize; KINDS] = [const { AtomicIsize::new(0) }; KINDS];
 
 /// A field that counts its owner as live.
@@ -63,6 +64,8 @@ pub struct LiveObjects {
     pub device_buffers: isize,
     /// Stream-ordered allocations.
     pub stream_allocations: isize,
+    /// Page-locked host buffers ([`PinnedBuffer`](crate::PinnedBuffer)s' memory).
+    pub pinned_buffers: isize,
 }
 
 impl LiveObjects {
@@ -79,6 +82,7 @@ impl LiveObjects {
             + self.mem_pools
             + self.device_buffers
             + self.stream_allocations
+            + self.pinned_buffers
     }
 }
 
@@ -86,7 +90,7 @@ impl fmt::Display for LiveObjects {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} live: {} contexts, {} streams, {} events, {} modules, {} graphs, {} executable graphs, {} graph allocations, {} pools, {} buffers, {} stream allocations",
+            "{} live: {} contexts, {} streams, {} events, {} modules, {} graphs, {} executable graphs, {} graph allocations, {} pools, {} buffers, {} stream allocations, {} pinned buffers",
             self.total(),
             self.contexts,
             self.streams,
@@ -97,7 +101,8 @@ impl fmt::Display for LiveObjects {
             self.graph_allocations,
             self.mem_pools,
             self.device_buffers,
-            self.stream_allocations
+            self.stream_allocations,
+            self.pinned_buffers
         )
     }
 }
@@ -117,5 +122,6 @@ pub fn live_objects() -> LiveObjects {
         mem_pools: get(Kind::MemPool),
         device_buffers: get(Kind::DeviceBuffer),
         stream_allocations: get(Kind::StreamAllocation),
+        pinned_buffers: get(Kind::PinnedBuffer),
     }
 }

@@ -1,12 +1,17 @@
 //! Stream-ordered fills and copies of device memory (`cuMemsetD8/D16/D32Async`,
-//! `cuMemcpyAsync`), on any stream ([`StreamMemOps`]) and, through the [`Capture`] guard, into a
-//! captured graph (`Capture::memset_async`, `Capture::memcpy_async`).
+//! `cuMemcpyAsync`) and copies between device memory and pinned host memory
+//! (`cuMemcpyHtoDAsync`, `cuMemcpyDtoHAsync`), on any stream ([`StreamMemOps`]) and, through
+//! the [`Capture`] guard, into a captured graph (`Capture::memset_async`,
+//! `Capture::memcpy_async`, `Capture::memcpy_htod_async`, `Capture::memcpy_dtoh_async`).
 //!
 //! [`Capture`]: crate::Capture
+
+use bytemuck::Pod;
 
 use crate::error::{Error, Result, driver};
 use crate::memory::{DeviceAddress, MemsetValue};
 use crate::module::{KernelArgs, stream_ordered};
+use crate::pinned::PinnedBuffer;
 use crate::stream::AsStream;
 use crate::sys;
 
@@ -57,6 +62,27 @@ pub(crate) fn check_memcpy(
         return Err(Error::invalid(
             call,
             format!("the {bytes} bytes at {d:#x} and at {s:#x} overlap"),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a copy of `bytes` between `device` memory and a pinned buffer of `host_bytes` that is
+/// empty or does not fit either side. (The two cannot overlap: device allocations and page-locked
+/// host allocations are distinct ranges of the unified address space.)
+pub(crate) fn check_host_memcpy(
+    call: &'static str,
+    device: &impl DeviceAddress,
+    host_bytes: usize,
+    bytes: usize,
+) -> Result<()> {
+    if bytes == 0 || bytes > device.byte_len() || bytes > host_bytes {
+        return Err(Error::invalid(
+            call,
+            format!(
+                "{bytes} bytes do not fit the device memory of {} bytes and the pinned buffer of {host_bytes} bytes",
+                device.byte_len()
+            ),
         ));
     }
     Ok(())
@@ -150,6 +176,119 @@ pub trait StreamMemOps: AsStream + Sized {
                 )
             })
         })
+    }
+
+    /// Copies the first `bytes` of the pinned buffer `src` to device memory `dst`
+    /// (`cuMemcpyHtoDAsync`), ordered on this stream. `dst` is ordered as in
+    /// [`memcpy_async`](StreamMemOps::memcpy_async); the copy's use of `src` is recorded, so that
+    /// a view of it ([`PinnedBuffer::as_slice`], [`as_mut_slice`](PinnedBuffer::as_mut_slice))
+    /// waits for the copy and its memory is not freed before the copy is done. On a stream that
+    /// captures into a capture of this crate, the copy becomes a memcpy node, which keeps both
+    /// alive.
+    ///
+    /// Pageable host memory (`&[T]`) is not offered: CUDA may read it after the call returns,
+    /// when the slice may be gone (and a captured copy reads it at every launch); use
+    /// [`DeviceBuffer::copy_from`](crate::DeviceBuffer::copy_from) for a synchronous copy.
+    ///
+    /// ```no_run
+    /// # use cuda_graph::*;
+    /// # fn main() -> Result<()> {
+    /// let device = Device::get(0)?;
+    /// let stream = Stream::new(&device)?;
+    /// let host = PinnedBuffer::from_slice(&device, &[1u32, 2, 3, 4])?;
+    /// let back = PinnedBuffer::<u32>::zeroed(&device, 4)?;
+    /// let on_device = DeviceBuffer::<u32>::zeroed(&device, 4)?;
+    /// stream.memcpy_htod_async(&on_device, &host, 16)?;
+    /// stream.memcpy_dtoh_async(&back, &on_device, 16)?;
+    /// assert_eq!(&*back.as_slice()?, &[1, 2, 3, 4]); // waits for the copy
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `StreamMemOps::memcpy_htod_async`, before the driver,
+    /// when `bytes` is 0 or does not fit `dst` or `src`; [`Error::InUseByHost`] naming it, with
+    /// nothing queued, while a view of `src` is alive; [`Error::NotLive`], [`Error::Capturing`]
+    /// and [`Error::InDoubt`] naming it, with nothing queued, as for
+    /// [`memcpy_async`](StreamMemOps::memcpy_async); [`Device::bind`](crate::Device::bind)'s
+    /// errors; [`Error::Driver`] naming `cuMemcpyHtoDAsync` or the stream and event calls that
+    /// order and record the uses (one that fails to record them is returned after the stream is
+    /// synchronized).
+    fn memcpy_htod_async<T: Pod>(
+        &self,
+        dst: &impl DeviceAddress,
+        src: &PinnedBuffer<T>,
+        bytes: usize,
+    ) -> Result<()> {
+        const CALL: &str = "StreamMemOps::memcpy_htod_async";
+        check_host_memcpy(CALL, dst, src.byte_len(), bytes)?;
+        let operands = KernelArgs::new().ptr(dst);
+        let host = src.memory();
+        stream_ordered(
+            CALL,
+            self.device(),
+            self,
+            &operands,
+            Some(src.keep()),
+            || {
+                host.stream_use(CALL, self, || {
+                    // SAFETY: `bytes` fit both (checked); `stream_ordered` keeps `dst` alive and
+                    // ordered, and `stream_use` records the read of `src`, whose memory is freed
+                    // only after it, and refused it while the host holds a view; the stream is live.
+                    driver!(unsafe {
+                        sys::cuMemcpyHtoDAsync(
+                            dst.device_ptr(),
+                            host.ptr().cast_const(),
+                            bytes,
+                            self.as_raw_stream(),
+                        )
+                    })
+                })
+            },
+        )
+    }
+
+    /// Copies the first `bytes` of device memory `src` into the pinned buffer `dst`
+    /// (`cuMemcpyDtoHAsync`), ordered on this stream; `src` and `dst` are ordered, recorded and
+    /// kept as in [`memcpy_htod_async`](StreamMemOps::memcpy_htod_async), so that a view of `dst`
+    /// shows the copied values. Pageable host memory (`&mut [T]`) is not offered, for the same
+    /// reasons: use [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec).
+    ///
+    /// # Errors
+    ///
+    /// As [`memcpy_htod_async`](StreamMemOps::memcpy_htod_async)'s, naming
+    /// `StreamMemOps::memcpy_dtoh_async` and `cuMemcpyDtoHAsync`.
+    fn memcpy_dtoh_async<T: Pod>(
+        &self,
+        dst: &PinnedBuffer<T>,
+        src: &impl DeviceAddress,
+        bytes: usize,
+    ) -> Result<()> {
+        const CALL: &str = "StreamMemOps::memcpy_dtoh_async";
+        check_host_memcpy(CALL, src, dst.byte_len(), bytes)?;
+        let operands = KernelArgs::new().ptr(src);
+        let host = dst.memory();
+        stream_ordered(
+            CALL,
+            self.device(),
+            self,
+            &operands,
+            Some(dst.keep()),
+            || {
+                host.stream_use(CALL, self, || {
+                    // SAFETY: as in `memcpy_htod_async`, with the pinned memory written.
+                    driver!(unsafe {
+                        sys::cuMemcpyDtoHAsync(
+                            host.ptr(),
+                            src.device_ptr(),
+                            bytes,
+                            self.as_raw_stream(),
+                        )
+                    })
+                })
+            },
+        )
     }
 }
 

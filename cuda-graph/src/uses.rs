@@ -128,6 +128,12 @@ impl StreamUses {
         Ok(())
     }
 
+    /// The events after the last use on each stream: once all have completed, no use queued
+    /// before is still running (a host wait for the memory, [`crate::PinnedBuffer`]'s).
+    pub(crate) fn events(&self) -> impl Iterator<Item = &Arc<Event>> {
+        self.entries.iter().map(|(_, event)| event)
+    }
+
     /// Forgets every use (the memory was freed, or allocated anew); work in doubt is not
     /// forgotten.
     pub(crate) fn clear(&mut self) {

@@ -13,7 +13,14 @@
  *    ERROR"), counted (hunt_errors()), and abort the process under HUNT_ABORT=1;
  *  - out-parameters are written with their full size and in-parameters read in full (kernel
  *    arguments by the known kernels' layouts), so valgrind/ASan check the crate's buffers;
- *  - the current context is per thread, as in the driver.
+ *  - the current context is per thread, as in the driver;
+ *  - page-locked host memory (cuMemHostAlloc) is registered: copies between it and device
+ *    memory (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, memcpy nodes with a CU_MEMORYTYPE_HOST side)
+ *    check when they run that it is still allocated, and cuMemFreeHost does not wait for them
+ *    (the harshest reading of the driver). A device-to-host copy writes HUNT_D2H_BYTE into every
+ *    byte it copies, when it runs; a host-to-device copy keeps the first 8 bytes it read
+ *    (hunt_last_host_read()), so that tests see when the GPU touched host memory. Freed host
+ *    memory stays allocated in the stub, filled with 0xDD.
  * One stream captures at a time (plus the streams forked into it); captured work forms a chain.
  * Graphs read back as the driver describes them (cuGraphGetNodes, cuGraphGetEdges,
  * cuGraphGetRootNodes, cuGraphNodeGetDependencies/DependentNodes, cuGraphNodeGetType and the
@@ -245,6 +252,45 @@ static void free_memory(CUdeviceptr p, const char *what)
         e->state = S_DEAD;
 }
 
+/* ---------------------------------------------------------------- pinned host memory */
+/* What a device-to-host copy writes into each byte of host memory when it runs. */
+#define HUNT_D2H_BYTE 0xD2
+struct hostmem { unsigned char *p; size_t bytes; int live; };
+static struct hostmem *hostmems;
+static size_t nhostmem, caphostmem;
+static int host_live;
+static unsigned long long last_host_read;
+/* Live cuMemHostAlloc allocations. */
+int hunt_host_live(void) { return __atomic_load_n(&host_live, __ATOMIC_SEQ_CST); }
+/* The first 8 bytes the last host-to-device copy read, when it ran. */
+unsigned long long hunt_last_host_read(void) { return __atomic_load_n(&last_host_read, __ATOMIC_SEQ_CST); }
+/* Under `big`: the allocation that holds `p` (freed ones are never reused, so at most one). */
+static struct hostmem *host_find(const void *p)
+{
+    for (size_t i = nhostmem; i-- > 0;)
+        if ((const unsigned char *)p >= hostmems[i].p && (const unsigned char *)p < hostmems[i].p + hostmems[i].bytes)
+            return &hostmems[i];
+    return NULL;
+}
+/* Under `big`: `n` bytes at `p` must be live pinned memory; returns whether they are. */
+static int use_host(const void *p, size_t n, const char *what)
+{
+    struct hostmem *h = host_find(p);
+    if (!h) {
+        bad("%s: host address %p is not page-locked memory from cuMemHostAlloc", what, p);
+        return 0;
+    }
+    if (!h->live) {
+        bad("%s: page-locked host memory %p is freed", what, p);
+        return 0;
+    }
+    if ((const unsigned char *)p + n > h->p + h->bytes) {
+        bad("%s: %zu bytes at %p overrun the page-locked allocation of %zu bytes", what, n, p, h->bytes);
+        return 0;
+    }
+    return 1;
+}
+
 /* ---------------------------------------------------------------- kernels */
 struct func { const char *layout; void *module; };
 /* P: pointer (8 bytes), 8: u64, 4: u32 */
@@ -280,7 +326,8 @@ static int read_args(CUfunction f, void **params, CUdeviceptr out[4], const char
 }
 
 /* ---------------------------------------------------------------- graphs */
-enum op_type { OP_ALLOC, OP_FREE, OP_HOST, OP_EVENT, OP_KERNEL, OP_USE };
+/* OP_H2D, OP_D2H: a copy between pinned host memory `a` (`b` bytes) and device memory p[0]. */
+enum op_type { OP_ALLOC, OP_FREE, OP_HOST, OP_EVENT, OP_KERNEL, OP_USE, OP_H2D, OP_D2H };
 struct op { int type; uintptr_t a, b; CUdeviceptr p[4]; int np; };
 struct uobj { void (*destroy)(void *); void *data; int refs; };
 struct held { struct uobj *o; int count; };
@@ -446,7 +493,7 @@ static int item_uses(const struct item *it, CUdeviceptr p)
             const struct op *op = &x->ops[k];
             if ((op->type == OP_ALLOC || op->type == OP_FREE) && SAME(op->a))
                 return 1;
-            for (int i = 0; (op->type == OP_KERNEL || op->type == OP_USE) && i < op->np; i++)
+            for (int i = 0; (op->type == OP_KERNEL || op->type == OP_USE || op->type == OP_H2D || op->type == OP_D2H) && i < op->np; i++)
                 if (SAME(op->p[i]))
                     return 1;
         }
@@ -652,6 +699,23 @@ static void run_op(const struct op *op, unsigned long long flags, const char *wh
             use_memory(op->p[i], what);
         pthread_mutex_unlock(&big);
         break;
+    case OP_H2D:
+        lock_big(__func__);
+        use_memory(op->p[0], what);
+        if (use_host((const void *)op->a, op->b, what)) {
+            unsigned long long first = 0;
+            memcpy(&first, (const void *)op->a, op->b < 8 ? op->b : 8);
+            __atomic_store_n(&last_host_read, first, __ATOMIC_SEQ_CST);
+        }
+        pthread_mutex_unlock(&big);
+        break;
+    case OP_D2H:
+        lock_big(__func__);
+        use_memory(op->p[0], what);
+        if (use_host((const void *)op->a, op->b, what))
+            memset((void *)op->a, HUNT_D2H_BYTE, op->b);
+        pthread_mutex_unlock(&big);
+        break;
     }
 }
 
@@ -661,7 +725,7 @@ static void run_item(struct item *it)
     case W_NOP:
         break;
     case W_KERNEL:
-        run_op(&it->op, 0, "a kernel launched on a stream");
+        run_op(&it->op, 0, it->op.type == OP_H2D || it->op.type == OP_D2H ? it->what : "a kernel launched on a stream");
         break;
     case W_EXEC: {
         struct gdesc *x = it->a;
@@ -1147,6 +1211,39 @@ CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr src, size_t n, CUstream s)
                                  .WidthInBytes = n, .Height = 1, .Depth = 1};
     return stream_use(s, d, src, 2, CU_GRAPH_NODE_TYPE_MEMCPY, "cuMemcpyAsync", &p);
 }
+/* Copies between pinned host memory and device memory: checked when queued and when run, or a
+   memcpy node when the stream captures. */
+static CUresult host_copy(CUstream s, int type, const void *host, CUdeviceptr dev, size_t n, const char *call)
+{
+    if (hooked(call))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    MAYBE_FAIL();
+    need_context(call);
+    struct op op = {.type = type, .a = (uintptr_t)host, .b = n, .np = 1, .p = {dev}};
+    lock_big(__func__);
+    int ok = check_stream(s, call);
+    use_host(host, n, call);
+    use_memory(dev, call);
+    int c = capturing(s);
+    if (ok && c) {
+        push_op(capture_desc, op);
+        push_node(capture_desc, CU_GRAPH_NODE_TYPE_MEMCPY, 0, 0);
+    }
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!c)
+        enqueue_on(stream_key(s), W_KERNEL, NULL, &op, call, NULL);
+    return OK;
+}
+CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    return host_copy(s, OP_H2D, src, dst, n, "cuMemcpyHtoDAsync");
+}
+CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return host_copy(s, OP_D2H, dst, src, n, "cuMemcpyDtoHAsync");
+}
 
 /* ---------------------------------------------------------------- memory */
 CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes)
@@ -1196,6 +1293,50 @@ CUresult cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
     use_memory(src, "cuMemcpyDtoH");
     pthread_mutex_unlock(&big);
     return OK;
+}
+CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags)
+{
+    MAYBE_FAIL();
+    (void)flags;
+    need_context("cuMemHostAlloc");
+    size_t rounded = bytes ? (bytes + 4095) & ~(size_t)4095 : 4096;
+    unsigned char *p = aligned_alloc(4096, rounded);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(p, 0xCD, rounded); /* not zeros: whatever the caller reads unwritten shows */
+    lock_big(__func__);
+    if (nhostmem == caphostmem) {
+        caphostmem = caphostmem ? 2 * caphostmem : 64;
+        hostmems = realloc(hostmems, caphostmem * sizeof *hostmems);
+    }
+    hostmems[nhostmem++] = (struct hostmem){.p = p, .bytes = bytes, .live = 1};
+    __atomic_add_fetch(&host_live, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&big);
+    *pp = p;
+    return OK;
+}
+CUresult cuMemFreeHost(void *p)
+{
+    need_context("cuMemFreeHost");
+    if (global_capture_forbids("cuMemFreeHost"))
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    lock_big(__func__);
+    struct hostmem *h = host_find(p);
+    CUresult r = OK;
+    if (!h || h->p != p) {
+        bad("cuMemFreeHost: %p is not an allocation of cuMemHostAlloc", p);
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (!h->live) {
+        bad("cuMemFreeHost: %p is freed already", p);
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        /* No wait for queued copies: work that touches it later is reported when it runs. */
+        h->live = 0;
+        memset(h->p, 0xDD, h->bytes);
+        __atomic_sub_fetch(&host_live, 1, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_unlock(&big);
+    return r;
 }
 static CUresult alloc_async(CUdeviceptr *p, size_t bytes, CUstream s, const char *call)
 {
@@ -1409,6 +1550,21 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps
                               const CUDA_MEMCPY3D *p, CUcontext c)
 {
     (void)c;
+    int h2d = p->srcMemoryType == CU_MEMORYTYPE_HOST, d2h = p->dstMemoryType == CU_MEMORYTYPE_HOST;
+    if (h2d && d2h)
+        return CUDA_ERROR_NOT_SUPPORTED; /* host to host: not in this stub */
+    if (h2d || d2h) {
+        size_t bytes = p->WidthInBytes * p->Height * p->Depth;
+        const void *host = h2d ? p->srcHost : p->dstHost;
+        struct op op = {.type = h2d ? OP_H2D : OP_D2H, .a = (uintptr_t)host, .b = bytes, .np = 1,
+                        .p = {h2d ? p->dstDevice : p->srcDevice}};
+        lock_big(__func__);
+        int ok = use_host(host, bytes, "cuGraphAddMemcpyNode");
+        pthread_mutex_unlock(&big);
+        if (!ok)
+            return CUDA_ERROR_INVALID_VALUE;
+        return add_node(n, g, deps, count, &op, "cuGraphAddMemcpyNode");
+    }
     struct op op = {.type = OP_USE, .np = 2, .p = {p->srcDevice, p->dstDevice}};
     struct cnode node = {.type = CU_GRAPH_NODE_TYPE_MEMCPY};
     node.p.memcpy = *p;
