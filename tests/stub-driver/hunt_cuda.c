@@ -1550,6 +1550,8 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps
                               const CUDA_MEMCPY3D *p, CUcontext c)
 {
     (void)c;
+    struct cnode node = {.type = CU_GRAPH_NODE_TYPE_MEMCPY};
+    node.p.memcpy = *p;
     int h2d = p->srcMemoryType == CU_MEMORYTYPE_HOST, d2h = p->dstMemoryType == CU_MEMORYTYPE_HOST;
     if (h2d && d2h)
         return CUDA_ERROR_NOT_SUPPORTED; /* host to host: not in this stub */
@@ -1563,11 +1565,9 @@ CUresult cuGraphAddMemcpyNode(CUgraphNode *n, CUgraph g, const CUgraphNode *deps
         pthread_mutex_unlock(&big);
         if (!ok)
             return CUDA_ERROR_INVALID_VALUE;
-        return add_node(n, g, deps, count, &op, "cuGraphAddMemcpyNode");
+        return add_node(n, g, deps, count, &op, &node, "cuGraphAddMemcpyNode");
     }
     struct op op = {.type = OP_USE, .np = 2, .p = {p->srcDevice, p->dstDevice}};
-    struct cnode node = {.type = CU_GRAPH_NODE_TYPE_MEMCPY};
-    node.p.memcpy = *p;
     return add_node(n, g, deps, count, &op, &node, "cuGraphAddMemcpyNode");
 }
 static CUresult add_event_node(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t count, CUevent ev,
