@@ -20,7 +20,7 @@ for v in "${versions[@]}"; do
     --archive-file "gpu-suite/suite-$v.tar.zst"
   # Every example needs cuda-graph's example-kernels feature (the workspace has it on through the
   # tests and bench crates; named here so that no example is left out if that changes).
-  cargo build --workspace --examples --features cuda-graph/example-kernels --target-dir "$target"
+  cargo build --workspace --examples --features cuda-graph/example-kernels,cuda-graph/cudarc --target-dir "$target"
   rm -rf "gpu-suite/examples-$v" && mkdir -p "gpu-suite/examples-$v"
   find "$target/debug/examples" -maxdepth 1 -type f -executable ! -name '*-*' \
     -exec cp {} "gpu-suite/examples-$v/" \;
