@@ -25,8 +25,10 @@
 //! | `view_in_a_host_function_is_refused` | a host node's function cannot wait for its own launch | |
 #![cfg(cuda_graph_tests_hunt_stub)]
 
-use std::ffi::{CStr, CString, c_void};
-use std::path::PathBuf;
+mod hunt_common;
+
+use hunt_common::{hunt_errors, isolated, stall, stub_symbol};
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,39 +41,6 @@ const WORDS: usize = 1 << 10;
 const BYTES: usize = WORDS * 4;
 /// A word of a device-to-host copy, as the stub writes it.
 const D2H_WORD: u32 = 0xD2D2_D2D2;
-
-fn stub_path() -> Result<PathBuf, String> {
-    if let Ok(lib) = std::env::var("HUNT_LIB") {
-        return Ok(PathBuf::from(lib));
-    }
-    cuda_graph_tests::built_library(
-        env!("CUDA_GRAPH_TESTS_HUNT_STUB"),
-        env!("CUDA_GRAPH_TESTS_HUNT_STUB_ERROR"),
-    )
-}
-
-/// The address of the loaded stub's symbol `name`.
-fn stub_symbol(name: &CStr) -> *mut c_void {
-    let path = CString::new(stub_path().unwrap().into_os_string().into_encoded_bytes()).unwrap();
-    // SAFETY: `path` is NUL-terminated and outlives the call; RTLD_NOLOAD only takes a reference
-    // to the library if it is already loaded (as this process's driver).
-    let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-    assert!(!lib.is_null(), "the hunt stub is loaded");
-    // SAFETY: `lib` is live; the name is NUL-terminated.
-    let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
-    assert!(!f.is_null(), "the stub exports {name:?}");
-    // SAFETY: the handle of the dlopen above, closed once; the driver's own reference keeps the
-    // library, and so the symbol, loaded.
-    unsafe { libc::dlclose(lib) };
-    f
-}
-
-/// The number of `HUNT ERROR`s the stub reported.
-fn hunt_errors() -> i32 {
-    // SAFETY: the stub's `int hunt_errors(void)`.
-    let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(stub_symbol(c"hunt_errors")) };
-    f()
-}
 
 /// The number of live `cuMemHostAlloc` allocations.
 fn host_live() -> i32 {
@@ -88,15 +57,6 @@ fn last_host_read() -> u64 {
     f()
 }
 
-/// The calling thread's next call of `call` sleeps `ms` ms on entry.
-fn stall(call: &'static CStr, ms: i32) {
-    // SAFETY: the stub's `void hunt_stall(const char *, int)`; it keeps the pointer, which is
-    // static.
-    let f: extern "C" fn(*const libc::c_char, i32) =
-        unsafe { std::mem::transmute(stub_symbol(c"hunt_stall")) };
-    f(call.as_ptr(), ms);
-}
-
 /// Works through the crate's deferred releases until `done` holds (the release thread frees
 /// what waited for the GPU); panics after 10 s.
 #[track_caller]
@@ -107,30 +67,6 @@ fn settle(what: &str, done: impl Fn() -> bool) {
         flush_deferred();
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// Runs `body` in a child process with the stub as its driver and `env` set; asserts that it
-/// succeeded. In the child, runs `body`.
-fn isolated(name: &str, env: &[(&str, &str)], body: fn()) {
-    if std::env::var("HUNT_CHILD").as_deref() == Ok(name) {
-        let path = stub_path().expect("the stub was built by the parent");
-        // SAFETY: before this process's first driver call; no other thread reads the
-        // environment meanwhile.
-        unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", &path) };
-        body();
-        return;
-    }
-    if let Err(why) = stub_path() {
-        let why = format!("the checking stub driver could not be built ({why})");
-        if cuda_graph_tests::stub_required() {
-            panic!("{name}: {why}, and CI=true or CUDA_GRAPH_REQUIRE_GPU=1 is set");
-        }
-        println!("SKIPPED {name}: {why}");
-        return;
-    }
-    let (status, out) =
-        cuda_graph_tests::run_test_in_child(name, "HUNT_CHILD", env, Duration::from_secs(120));
-    assert!(status.is_some_and(|s| s.success()), "{out}");
 }
 
 /// Every GPU work item of the stub runs 100 ms after the one before: copies queued by a test are

@@ -16,9 +16,14 @@
 //! on 13.0 headers or newer (`tests/build.rs`).
 #![cfg(cuda_graph_tests_hunt_stub)]
 
-use std::ffi::{CStr, CString, c_void};
-use std::path::PathBuf;
-use std::time::Duration;
+mod hunt_common;
+
+use hunt_common::{hunt_errors, isolated as isolated_with};
+
+/// Runs `body` in a child process with the stub as its driver.
+fn isolated(name: &str, body: fn()) {
+    isolated_with(name, &[], body);
+}
 
 use cuda_graph::sys::{self, CUgraphNodeType as T, CUmemorytype as M};
 use cuda_graph::{
@@ -28,63 +33,6 @@ use cuda_graph::{
 
 const WORDS: usize = 1 << 10;
 const BYTES: usize = WORDS * 4;
-
-fn stub_path() -> Result<PathBuf, String> {
-    if let Ok(lib) = std::env::var("HUNT_LIB") {
-        return Ok(PathBuf::from(lib));
-    }
-    cuda_graph_tests::built_library(
-        env!("CUDA_GRAPH_TESTS_HUNT_STUB"),
-        env!("CUDA_GRAPH_TESTS_HUNT_STUB_ERROR"),
-    )
-}
-
-/// The address of the loaded stub's symbol `name`.
-fn stub_symbol(name: &CStr) -> *mut c_void {
-    let path = CString::new(stub_path().unwrap().into_os_string().into_encoded_bytes()).unwrap();
-    // SAFETY: `path` is NUL-terminated and outlives the call; RTLD_NOLOAD only takes a reference
-    // to the library if it is already loaded (as this process's driver).
-    let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
-    assert!(!lib.is_null(), "the hunt stub is loaded");
-    // SAFETY: `lib` is live; the name is NUL-terminated.
-    let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
-    assert!(!f.is_null(), "the stub exports {name:?}");
-    // SAFETY: the handle of the dlopen above, closed once; the driver's own reference keeps the
-    // library, and so the symbol, loaded.
-    unsafe { libc::dlclose(lib) };
-    f
-}
-
-/// The number of `HUNT ERROR`s the stub reported.
-fn hunt_errors() -> i32 {
-    // SAFETY: the stub's `int hunt_errors(void)`.
-    let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(stub_symbol(c"hunt_errors")) };
-    f()
-}
-
-/// Runs `body` in a child process with the stub as its driver; asserts that it succeeded. In the
-/// child, runs `body`.
-fn isolated(name: &str, body: fn()) {
-    if std::env::var("HUNT_CHILD").as_deref() == Ok(name) {
-        let path = stub_path().expect("the stub was built by the parent");
-        // SAFETY: before this process's first driver call; no other thread reads the
-        // environment meanwhile.
-        unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", &path) };
-        body();
-        return;
-    }
-    if let Err(why) = stub_path() {
-        let why = format!("the checking stub driver could not be built ({why})");
-        if cuda_graph_tests::stub_required() {
-            panic!("{name}: {why}, and CI=true or CUDA_GRAPH_REQUIRE_GPU=1 is set");
-        }
-        println!("SKIPPED {name}: {why}");
-        return;
-    }
-    let (status, out) =
-        cuda_graph_tests::run_test_in_child(name, "HUNT_CHILD", &[], Duration::from_secs(120));
-    assert!(status.is_some_and(|s| s.success()), "{out}");
-}
 
 /// The record's nodes as the driver's answers name them.
 fn recorded(nodes: &[Node]) -> Vec<DriverNode> {
