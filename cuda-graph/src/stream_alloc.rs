@@ -32,22 +32,13 @@ pub struct StreamMemory {
 impl StreamMemory {
     /// Stream work using it was queued on `stream`.
     pub(crate) fn note_stream_use(&self, stream: &impl AsStream) -> Result<()> {
-        if stream.capture_status()? != CaptureStatus::None {
-            // Captured work runs in a graph launch; the graph keeps the memory alive.
-            return Ok(());
-        }
-        let id = stream.stream_id()?;
-        let mut uses = self.uses.lock().unwrap_or_else(|e| e.into_inner());
-        uses.note(&self.device, stream, id)
+        crate::uses::note_stream_use(&self.uses, &self.device, stream)
     }
 
     /// Work that `queued_by` queued on it can neither be marked nor waited for: it is never
     /// freed ([`Error::InDoubt`]).
     pub(crate) fn doubt(&self, queued_by: &'static str) {
-        self.uses
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .doubt(queued_by);
+        crate::uses::doubt(&self.uses, queued_by);
     }
 }
 

@@ -141,6 +141,30 @@ impl StreamUses {
     }
 }
 
+/// Stream work using some memory (a stream allocation, a cudarc slice) was queued on `stream`:
+/// recorded in its `uses`, for its free to wait for. Not on a capturing stream: captured work
+/// runs in a graph launch, and the graph keeps the memory alive.
+pub(crate) fn note_stream_use(
+    uses: &Mutex<StreamUses>,
+    device: &Device,
+    stream: &impl AsStream,
+) -> Result<()> {
+    if stream.capture_status()? != crate::stream::CaptureStatus::None {
+        return Ok(());
+    }
+    let id = stream.stream_id()?;
+    uses.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .note(device, stream, id)
+}
+
+/// [`StreamUses::doubt`] on the uses behind a lock.
+pub(crate) fn doubt(uses: &Mutex<StreamUses>, queued_by: &'static str) {
+    uses.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .doubt(queued_by);
+}
+
 /// `cuStreamWaitEvent(stream, event)`.
 pub(crate) fn wait(stream: sys::CUstream, event: &Event) -> Result<()> {
     // SAFETY: both handles are live; the event was recorded outside any capture.
