@@ -18,3 +18,12 @@ fn main() {
         env!("CUDA_GRAPH_DEPENDENT_METADATA")
     );
 }
+
+/// With the `cudarc` feature, the interop API as a dependent names it (compiled, not run).
+#[cfg(feature = "cudarc")]
+#[allow(dead_code)]
+fn cudarc_interop(
+    slice: &cuda_graph::CudarcSlice<u32>,
+) -> (usize, cuda_graph::Result<&cuda_graph::Device>) {
+    (slice.len(), Ok(slice.device()))
+}
