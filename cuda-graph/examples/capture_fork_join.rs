@@ -12,8 +12,8 @@ mod common;
 use anyhow::{Context, ensure};
 use common::{Kernels, args, config, thousands, verify_u32};
 use cuda_graph::{
-    AsStream, CaptureMode, CaptureStatus, Device, DeviceBuffer, InstantiateFlags, MemOp, NodeKind,
-    Stream, capture,
+    AsStream, CaptureMode, CaptureStatus, Device, DeviceBuffer, InstantiateFlags, MemRole,
+    NodeKind, Stream, capture,
 };
 
 /// Elements of the allocation: 4 MiB of `u32`.
@@ -65,17 +65,17 @@ fn capture_fork_join(device: &Device) -> anyhow::Result<()> {
 
     println!("  captured graph ({} nodes):", graph.nodes().len());
     for (i, node) in graph.nodes().iter().enumerate() {
-        let mut line = format!("    #{i} {}", node.kind);
-        if !node.deps.is_empty() {
-            let deps: Vec<String> = node.deps.iter().map(|d| format!("#{d}")).collect();
+        let mut line = format!("    #{i} {}", node.kind());
+        if !node.deps().is_empty() {
+            let deps: Vec<String> = node.deps().iter().map(|d| format!("#{d}")).collect();
             line += &format!(", after {}", deps.join(" "));
         }
-        if !node.uses.is_empty() {
+        if node.keys(MemRole::Use).next().is_some() {
             line += ", uses dptr";
         }
         println!("{line}");
     }
-    let count = |f: fn(&NodeKind) -> bool| graph.nodes().iter().filter(|n| f(&n.kind)).count();
+    let count = |f: fn(&NodeKind) -> bool| graph.nodes().iter().filter(|n| f(n.kind())).count();
     let allocs = count(|kind| matches!(kind, NodeKind::MemAlloc));
     let frees = count(|kind| matches!(kind, NodeKind::MemFree));
     let kernels = count(|kind| matches!(kind, NodeKind::Kernel(_)));
@@ -83,7 +83,11 @@ fn capture_fork_join(device: &Device) -> anyhow::Result<()> {
         (allocs, kernels, frees) == (1, 3, 1),
         "expected 1 alloc, 3 kernel and 1 free node; got {allocs}, {kernels}, {frees}"
     );
-    let users = graph.nodes().iter().filter(|n| !n.uses.is_empty()).count();
+    let users = graph
+        .nodes()
+        .iter()
+        .filter(|n| n.keys(MemRole::Use).next().is_some())
+        .count();
     ensure!(
         users == 3,
         "the record should show 3 kernels using dptr, shows {users}"
@@ -91,13 +95,13 @@ fn capture_fork_join(device: &Device) -> anyhow::Result<()> {
     let free_node = graph
         .nodes()
         .iter()
-        .find(|n| matches!(n.kind, NodeKind::MemFree))
+        .find(|n| matches!(n.kind(), NodeKind::MemFree))
         .context("no free node")?;
     ensure!(
-        free_node
-            .mem
-            .iter()
-            .any(|op| matches!(op, MemOp::Free(a) if a.same(&dptr))),
+        graph
+            .record()
+            .allocations_of(free_node, MemRole::Free)
+            .any(|a| a.same(&dptr)),
         "the free node should free dptr"
     );
     graph.check().context("the lifetime checks")?;

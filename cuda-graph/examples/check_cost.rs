@@ -6,7 +6,7 @@
 //! beside it (fan-out), then a free node after the kernels. 3,000 + 3,000 + 1,000 + 3,000 nodes.
 //!
 //! Measured (median of several runs):
-//! - `check_model` on the same shape built as a pure `Model`, and on a wide shape where every
+//! - `check_record` on the same shape built as a pure `Record`, and on a wide shape where every
 //!   allocation lives across the whole graph (the check's worst case); no GPU needed;
 //! - with a GPU, the same graph built with the real `Graph` API: `graph.check()` (the fast check
 //!   on the record, or the general one when it declines), `graph.instantiate_unchecked()` (the
@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use cuda_graph::check::{AllocKey, Model, check_model};
+use cuda_graph::check::{AllocKey, Record, check_record};
 use cuda_graph::{
     AllocParams, AsStream, Device, Graph, InstantiateFlags, KernelArgs, LaunchConfig, Module,
     NodeKind, Stream,
@@ -70,8 +70,8 @@ fn shape() -> Vec<Step> {
     steps
 }
 
-fn model_of(steps: &[Step]) -> Model {
-    let mut m = Model::new();
+fn model_of(steps: &[Step]) -> Record {
+    let mut m = Record::new();
     for i in 0..CHAINS {
         m.add_allocation(format!("allocation 'c{i}'"));
     }
@@ -94,8 +94,8 @@ fn model_of(steps: &[Step]) -> Model {
 
 /// The worst case: 3,000 allocations made at the start, 4,000 kernels in 8 lanes each using two
 /// allocations, and every free after a join of all lanes, so every allocation spans the graph.
-fn wide_model() -> Model {
-    let mut m = Model::new();
+fn wide_model() -> Record {
+    let mut m = Record::new();
     let allocs: Vec<usize> = (0..CHAINS)
         .map(|i| {
             let k = m.add_allocation(format!("allocation 'w{i}'"));
@@ -143,8 +143,8 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-fn edges(m: &Model) -> usize {
-    m.nodes.iter().map(|n| n.deps.len()).sum()
+fn edges(m: &Record) -> usize {
+    m.nodes().iter().map(|n| n.deps().len()).sum()
 }
 
 fn main() -> ExitCode {
@@ -153,25 +153,25 @@ fn main() -> ExitCode {
     let wide = wide_model();
     println!(
         "lifetime check cost: {} nodes, {} edges, {} allocations of {} KiB in {LANES} lanes",
-        chains.nodes.len(),
+        chains.nodes().len(),
         edges(&chains),
         CHAINS,
         BYTES / 1024
     );
-    assert!(check_model(&chains).is_empty() && check_model(&wide).is_empty());
+    assert!(check_record(&chains).is_empty() && check_record(&wide).is_empty());
     let model_chains = median(CHECK_RUNS, || {
-        black_box(check_model(black_box(&chains)));
+        black_box(check_record(black_box(&chains)));
     });
     let model_wide = median(CHECK_RUNS, || {
-        black_box(check_model(black_box(&wide)));
+        black_box(check_record(black_box(&wide)));
     });
     println!(
-        "check_model, chains (no GPU):                {:>12}",
+        "check_record, chains (no GPU):                {:>12}",
         ms(model_chains)
     );
     println!(
-        "check_model, wide worst case ({} nodes, {} edges): {}",
-        wide.nodes.len(),
+        "check_record, wide worst case ({} nodes, {} edges): {}",
+        wide.nodes().len(),
         edges(&wide),
         ms(model_wide)
     );
@@ -229,9 +229,6 @@ fn on_gpu(device: &Device, steps: &[Step]) -> cuda_graph::Result<()> {
     let check = median(CHECK_RUNS, || {
         black_box(black_box(&graph).check()).expect("the benchmark graph is legal");
     });
-    let model = median(CHECK_RUNS, || {
-        black_box(black_box(&graph).model());
-    });
     let mut failed = None;
     let unchecked = median(INSTANTIATE_RUNS, || {
         // SAFETY: the graph passed `Graph::check` above (the same record).
@@ -267,10 +264,6 @@ fn on_gpu(device: &Device, steps: &[Step]) -> cuda_graph::Result<()> {
     println!(
         "  graph.check():                             {:>12}",
         ms(check)
-    );
-    println!(
-        "  graph.model() (with descriptions):         {:>12}",
-        ms(model)
     );
     println!(
         "  graph.instantiate_unchecked():             {:>12}",

@@ -137,7 +137,7 @@ fn captured(
         Ok(())
     })?;
     let nodes = graph.nodes();
-    let count = |f: fn(&NodeKind) -> bool| nodes.iter().filter(|n| f(&n.kind)).count();
+    let count = |f: fn(&NodeKind) -> bool| nodes.iter().filter(|n| f(n.kind())).count();
     println!(
         "     captured: {} nodes (alloc {}, kernels {}, free {}, memcpy {})",
         nodes.len(),

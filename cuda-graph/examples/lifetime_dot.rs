@@ -146,7 +146,7 @@ fn lifetime_dot(device: &Device, dir: &Path) -> anyhow::Result<()> {
 /// Writes `graph.to_dot()` to `dir/name.dot` and checks that it names every labelled node.
 fn write_dot(dir: &Path, name: &str, graph: &Graph) -> anyhow::Result<PathBuf> {
     let text = graph.to_dot();
-    for label in graph.nodes().iter().filter_map(|n| n.label.as_deref()) {
+    for label in graph.nodes().iter().filter_map(|n| n.label()) {
         ensure!(
             text.contains(&format!("{label}: ")),
             "our DOT lacks node '{label}'"

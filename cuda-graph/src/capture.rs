@@ -10,7 +10,7 @@ use crate::deferred::{self, Restricts};
 use crate::device::Device;
 use crate::error::{Error, Result, check, driver};
 use crate::event::{Event, EventFlags};
-use crate::graph::{Graph, MemOp, NodeKind, NodeParts, next_graph_id, read_graph};
+use crate::graph::{Graph, NodeKind, NodeParts, next_graph_id, read_graph};
 use crate::inline_list::Few;
 use crate::int_hash::IdMap;
 use crate::keep::KeepList;
@@ -18,6 +18,7 @@ use crate::memory::{DeviceAddress, MemsetValue};
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pinned::PinnedBuffer;
 use crate::pool::MemPool;
+use crate::record::MemRole;
 use crate::stream::{AsStream, CaptureStatus, Stream, capture_id};
 use crate::sys;
 use crate::transfer::{check_host_memcpy, check_memcpy, check_memset};
@@ -711,13 +712,22 @@ fn known_node(
             if let Some(by_address) = by_address {
                 by_address.insert(a.ptr(), a.clone());
             }
-            (NodeKind::MemAlloc, Few::new(), Few::One(MemOp::Alloc(a)))
+            (NodeKind::MemAlloc, Few::One((MemRole::Alloc, a)))
         }
         Captured::Free(a) => {
             a.register_free(id, true);
-            (NodeKind::MemFree, Few::new(), Few::One(MemOp::Free(a)))
+            (NodeKind::MemFree, Few::One((MemRole::Free, a)))
         }
-        Captured::Kernel(name, uses) => (NodeKind::Kernel(name), uses, Few::new()),
-        Captured::Use(kind, uses) => (kind, uses, Few::new()),
+        Captured::Kernel(name, uses) => (NodeKind::Kernel(name), as_uses(uses)),
+        Captured::Use(kind, uses) => (kind, as_uses(uses)),
+    }
+}
+
+/// A captured call's allocations as uses.
+fn as_uses(uses: Few<GraphAllocation>) -> Few<(MemRole, GraphAllocation)> {
+    match uses {
+        Few::Empty => Few::Empty,
+        Few::One(a) => Few::One((MemRole::Use, a)),
+        Few::Many(all) => Few::Many(all.into_iter().map(|a| (MemRole::Use, a)).collect()),
     }
 }

@@ -11,8 +11,8 @@
 
 use crate::error::{Error, Result, driver};
 use crate::graph::{Graph, Node, next_graph_id};
-use crate::inline_list::Few;
 use crate::node_kind::NodeKind;
+use crate::record::MemRole;
 use crate::sys;
 
 /// A condition value of a graph (`CUgraphConditionalHandle`), made by
@@ -182,14 +182,11 @@ impl Graph {
             })
             .collect();
         let built = build(&mut bodies);
-        let mut uses = Few::new();
+        let node = self.push(raw, NodeKind::Conditional, indices);
         for body in &bodies {
-            for record in &body.nodes {
-                uses.extend(record.uses.iter().cloned());
-            }
+            self.add_refs(node, body.record.handles(|role| role == MemRole::Use));
             self.keep.take_from(&body.keep);
         }
-        let node = self.push_with(raw, NodeKind::Conditional, indices, uses, Few::new());
         built.map(|()| node)
     }
 }

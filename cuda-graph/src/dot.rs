@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use crate::alloc::GraphAllocation;
-use crate::graph::{Graph, MemOp};
+use crate::graph::Graph;
+use crate::record::{AllocKey, MemRole};
 
 const COLOURS: [&str; 8] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -13,49 +13,44 @@ const COLOURS: [&str; 8] = [
 
 impl Graph {
     /// The graph as DOT text, with allocation lifetimes marked. Render with
-    /// `dot -Tsvg graph.dot -o graph.svg`.
+    /// `dot -Tsvg graph.dot -o graph.svg`. Allocation `A{k}` is the record's key `k`.
     #[must_use]
     pub fn to_dot(&self) -> String {
-        let mut allocations: Vec<GraphAllocation> = Vec::new();
-        let index_of = |a: &GraphAllocation, list: &mut Vec<GraphAllocation>| {
-            list.iter().position(|b| b.same(a)).unwrap_or_else(|| {
-                list.push(a.clone());
-                list.len() - 1
-            })
-        };
+        let record = &self.record;
         let mut out = String::from(
             "digraph cuda_graph {\n  rankdir=TB;\n  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\"];\n",
         );
-        let mut lifetimes: Vec<(Option<usize>, Vec<usize>, Option<usize>)> = Vec::new();
-        for (i, node) in self.nodes.iter().enumerate() {
-            let mut lines = vec![match &node.label {
-                Some(label) => format!("{}: {}", escape(label), escape(&node.kind.to_string())),
-                None => format!("#{i} {}", escape(&node.kind.to_string())),
+        // Per key: its alloc node, its users, its free node.
+        let mut lifetimes: Vec<(Option<usize>, Vec<usize>, Option<usize>)> =
+            vec![(None, Vec::new(), None); record.allocation_count()];
+        for (i, node) in record.nodes().iter().enumerate() {
+            let mut lines = vec![match node.label() {
+                Some(label) => format!("{}: {}", escape(label), escape(&node.kind().to_string())),
+                None => format!("#{i} {}", escape(&node.kind().to_string())),
             }];
             let mut colour = None;
-            for op in &node.mem {
-                let (verb, a) = match op {
-                    MemOp::Alloc(a) => ("alloc", a),
-                    MemOp::Free(a) => ("free", a),
+            let mut names = Vec::new();
+            for &(role, AllocKey(k)) in node.refs() {
+                let Some(lifetime) = lifetimes.get_mut(k) else {
+                    continue;
                 };
-                let k = index_of(a, &mut allocations);
-                lifetimes.resize(allocations.len(), (None, Vec::new(), None));
-                match op {
-                    MemOp::Alloc(_) => lifetimes[k].0 = Some(i),
-                    MemOp::Free(_) => lifetimes[k].2 = Some(i),
+                match role {
+                    MemRole::Alloc => {
+                        lifetime.0 = Some(i);
+                        lines.push(format!("alloc A{k}"));
+                    }
+                    MemRole::Free => {
+                        lifetime.2 = Some(i);
+                        lines.push(format!("free A{k}"));
+                    }
+                    MemRole::Use => {
+                        lifetime.1.push(i);
+                        names.push(format!("A{k}"));
+                    }
                 }
-                lines.push(format!("{verb} A{k}"));
                 colour.get_or_insert(COLOURS[k % COLOURS.len()]);
             }
-            if !node.uses.is_empty() {
-                let mut names = Vec::new();
-                for a in &node.uses {
-                    let k = index_of(a, &mut allocations);
-                    lifetimes.resize(allocations.len(), (None, Vec::new(), None));
-                    lifetimes[k].1.push(i);
-                    names.push(format!("A{k}"));
-                    colour.get_or_insert(COLOURS[k % COLOURS.len()]);
-                }
+            if !names.is_empty() {
                 lines.push(format!("uses {}", names.join(", ")));
             }
             let _ = writeln!(
@@ -66,8 +61,8 @@ impl Graph {
                 if colour.is_some() { 2 } else { 1 }
             );
         }
-        for (i, node) in self.nodes.iter().enumerate() {
-            for d in &node.deps {
+        for (i, node) in record.nodes().iter().enumerate() {
+            for d in node.deps() {
                 let _ = writeln!(out, "  n{d} -> n{i};");
             }
         }
@@ -85,8 +80,8 @@ impl Graph {
             }
         }
         out.push_str("  legend [shape=note, fillcolor=\"#f8f8f8\", label=\"");
-        for (k, a) in allocations.iter().enumerate() {
-            let _ = write!(out, "A{k}: {}\\l", escape(&a.to_string()));
+        for k in 0..record.allocation_count() {
+            let _ = write!(out, "A{k}: {}\\l", escape(&record.describe(AllocKey(k))));
         }
         out.push_str("\"];\n}\n");
         out

@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::alloc::GraphAllocation;
-use crate::check::Roles;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{AllocationRef, Error, Result, UpdateRefusal, check, driver};
@@ -15,6 +14,7 @@ use crate::keep::KeepList;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::node_kind::NodeKind;
 use crate::pinned::PinnedMemory;
+use crate::record::{ALLOCATES, FREES, MemRole, Record, USES};
 use crate::stream::AsStream;
 use crate::sys;
 use crate::uses::spare_event;
@@ -58,6 +58,34 @@ flag_set!(InstantiateFlags(u64) {
     USE_NODE_PRIORITY,
 });
 
+/// The allocations an executable graph must track, by their role in its graph.
+#[derive(Debug, Default)]
+struct Roles {
+    /// Allocated by the graph and not freed by it: live after a launch.
+    unfreed: Vec<GraphAllocation>,
+    /// Allocated elsewhere and freed by the graph.
+    foreign_frees: Vec<GraphAllocation>,
+    /// Allocated elsewhere and used, not freed, by the graph.
+    foreign_uses: Vec<GraphAllocation>,
+}
+
+impl Roles {
+    /// The roles the record gave its allocations as nodes named them.
+    fn of(record: &Record) -> Roles {
+        let mut roles = Roles::default();
+        for (allocation, bits) in record.allocations_with_roles() {
+            let list = match bits & (ALLOCATES | FREES) {
+                ALLOCATES => &mut roles.unfreed,
+                FREES => &mut roles.foreign_frees,
+                0 if bits == USES => &mut roles.foreign_uses,
+                _ => continue,
+            };
+            list.push(allocation.clone());
+        }
+        roles
+    }
+}
+
 impl Graph {
     /// Checks the lifetime rules ([`crate::check`]) and instantiates (`cuGraphInstantiateWithFlags`).
     ///
@@ -72,8 +100,8 @@ impl Graph {
     /// (`cuGraphInstantiateWithParams` with [`InstantiateFlags::UPLOAD`]) when the driver refuses
     /// the graph.
     pub fn instantiate(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
-        let roles = self.checked_roles()?;
-        self.instantiate_raw(flags, std::ptr::null_mut(), roles)
+        self.check()?;
+        self.instantiate_raw(flags, std::ptr::null_mut(), Roles::of(&self.record))
     }
 
     /// As [`instantiate`](Graph::instantiate), and uploads into `stream` as part of it
@@ -88,11 +116,11 @@ impl Graph {
         flags: InstantiateFlags,
         stream: &impl AsStream,
     ) -> Result<ExecGraph> {
-        let roles = self.checked_roles()?;
+        self.check()?;
         self.instantiate_raw(
             flags | InstantiateFlags::UPLOAD,
             stream.as_raw_stream(),
-            roles,
+            Roles::of(&self.record),
         )
     }
 
@@ -110,7 +138,7 @@ impl Graph {
     /// [`Graph::check`] would confirm. A graph that breaks them reads or writes memory that
     /// another allocation owns, or that is not mapped, when it runs.
     pub unsafe fn instantiate_unchecked(&self, flags: InstantiateFlags) -> Result<ExecGraph> {
-        self.instantiate_raw(flags, std::ptr::null_mut(), self.roles())
+        self.instantiate_raw(flags, std::ptr::null_mut(), Roles::of(&self.record))
     }
 
     fn instantiate_raw(
@@ -553,7 +581,8 @@ impl ExecGraph {
         if self.instantiated.is_some() || graph.has_memory_nodes() {
             return Err(refused(UpdateRefusal::MemoryNodes));
         }
-        let roles = graph.checked_roles()?;
+        graph.check()?;
+        let roles = Roles::of(&graph.record);
         self.device.bind()?;
         let mut info = sys::CUgraphExecUpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
@@ -564,7 +593,7 @@ impl ExecGraph {
         let code = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
         if code == sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE {
             let node = (!info.errorNode.is_null())
-                .then(|| graph.nodes.iter().position(|n| n.raw == info.errorNode))
+                .then(|| graph.nodes().iter().position(|n| n.raw == info.errorNode))
                 .flatten();
             return Err(Error::UpdateRefused {
                 reason: UpdateRefusal::from_raw(info.result),
@@ -626,15 +655,16 @@ impl ExecGraph {
                 "the graph is not the one this executable graph was made from",
             ));
         }
-        let record = &graph.nodes[graph.index_of(CALL, node)?];
-        if !matches!(record.kind, NodeKind::Kernel(_)) {
+        let record = &graph.nodes()[graph.index_of(CALL, node)?];
+        if !matches!(record.kind(), NodeKind::Kernel(_)) {
             return Err(Error::invalid(
                 CALL,
                 format!("node {} is not a kernel node", node.index()),
             ));
         }
         let covered = |a: &GraphAllocation| {
-            record.uses.iter().any(|u| u.same(a))
+            let key = graph.record.key_of(a);
+            key.is_some_and(|k| record.keys(MemRole::Use).any(|u| u == k))
                 && (a.owner_graph() == graph.id || self.foreign_uses.iter().any(|u| u.same(a)))
         };
         if let Some(new) = args.graph_allocations().find(|a| !covered(a)) {

@@ -1,5 +1,5 @@
-//! Explicit graphs: the builder, its nodes, and its own record of nodes, edges and allocation
-//! uses (which the lifetime checks of [`crate::check`] read, without a GPU).
+//! Explicit graphs: the builder, which writes each node into the graph's [`Record`] (read by
+//! the lifetime checks of [`crate::check`], without a GPU), and reading a raw graph into one.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -19,6 +19,7 @@ use crate::keep::KeepList;
 use crate::memory::DeviceAddress;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pinned::PinnedBuffer;
+use crate::record::{MemRole, NodeRecord, Record};
 use crate::sys;
 
 pub use crate::node_kind::NodeKind;
@@ -63,34 +64,6 @@ impl Node {
     }
 }
 
-/// What a node does to graph allocations.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum MemOp {
-    /// Allocates it (an alloc node, or a moved child graph that contains one).
-    Alloc(GraphAllocation),
-    /// Frees it.
-    Free(GraphAllocation),
-}
-
-/// The builder's record of one node.
-#[derive(Clone, Debug)]
-pub struct NodeRecord {
-    pub(crate) raw: sys::CUgraphNode,
-    /// What the node does.
-    pub kind: NodeKind,
-    /// The user's name for it, if any.
-    pub label: Option<String>,
-    /// Positions of the nodes it depends on.
-    pub deps: Few<u32>,
-    /// Graph allocations it reads or writes (kernel arguments, memset/memcpy operands).
-    pub uses: Few<GraphAllocation>,
-    /// Allocations it allocates or frees.
-    pub mem: Few<MemOp>,
-    /// The event an event record or event wait node records or waits for.
-    pub event: Option<Event>,
-}
-
 /// A CUDA graph under construction, with its record. Dropping it destroys the graph
 /// (`cuGraphDestroy`); executable graphs made from it are independent of it, and keep alive
 /// what its nodes refer to until their launches are done.
@@ -98,7 +71,8 @@ pub struct Graph {
     pub(crate) raw: sys::CUgraph,
     pub(crate) device: Device,
     pub(crate) id: u64,
-    pub(crate) nodes: Vec<NodeRecord>,
+    /// The nodes, their edges and the allocations they touch.
+    pub(crate) record: Record,
     /// What the nodes refer to (the ownership rule of the crate docs' "Safety model").
     pub(crate) keep: Arc<KeepList>,
     /// Set while an executable graph made from this graph exists (graphs with memory nodes
@@ -121,7 +95,7 @@ impl fmt::Debug for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Graph")
             .field("id", &self.id)
-            .field("nodes", &self.nodes.len())
+            .field("nodes", &self.record.nodes.len())
             .field("device", &self.device.ordinal())
             .finish()
     }
@@ -150,8 +124,8 @@ impl OwnedHandle for Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        for op in self.nodes.iter().flat_map(|n| &n.mem) {
-            if let MemOp::Free(allocation) = op {
+        for (allocation, roles) in self.record.allocations_with_roles() {
+            if roles & crate::record::FREES != 0 {
                 allocation.register_free(self.id, false);
             }
         }
@@ -194,7 +168,7 @@ impl Graph {
             raw,
             device: device.clone(),
             id,
-            nodes: Vec::new(),
+            record: Record::of_graph(id),
             keep: Arc::new(KeepList::default()),
             instantiated: Arc::new(AtomicBool::new(false)),
             owns_raw: true,
@@ -266,10 +240,17 @@ impl Graph {
         self.id
     }
 
-    /// The builder's record, one entry per node, in the order added.
+    /// The graph's record: its nodes, edges and the allocations they allocate, free and use,
+    /// which the lifetime checks read.
+    #[must_use]
+    pub fn record(&self) -> &Record {
+        &self.record
+    }
+
+    /// The record's nodes, in the order added.
     #[must_use]
     pub fn nodes(&self) -> &[NodeRecord] {
-        &self.nodes
+        &self.record.nodes
     }
 
     /// The record of `node`.
@@ -278,7 +259,8 @@ impl Graph {
     ///
     /// [`Error::InvalidArgument`] naming `Graph::node` when `node` belongs to another graph.
     pub fn node(&self, node: Node) -> Result<&NodeRecord> {
-        self.index_of("Graph::node", node).map(|i| &self.nodes[i])
+        self.index_of("Graph::node", node)
+            .map(|i| &self.record.nodes[i])
     }
 
     /// Names a node, for errors and DOT output.
@@ -288,26 +270,25 @@ impl Graph {
     /// [`Error::InvalidArgument`] naming `Graph::set_label` when `node` belongs to another graph.
     pub fn set_label(&mut self, node: Node, label: impl Into<String>) -> Result<()> {
         let i = self.index_of("Graph::set_label", node)?;
-        self.nodes[i].label = Some(label.into());
+        self.record.nodes[i].label = Some(label.into());
         Ok(())
     }
 
     /// The allocations this graph's alloc nodes make.
     pub fn allocations(&self) -> impl Iterator<Item = &GraphAllocation> {
-        self.nodes
+        let record = &self.record;
+        record
+            .nodes
             .iter()
-            .flat_map(|n| &n.mem)
-            .filter_map(|op| match op {
-                MemOp::Alloc(a) => Some(a),
-                MemOp::Free(_) => None,
-            })
+            .flat_map(|n| n.keys(MemRole::Alloc))
+            .filter_map(|k| record.allocation(k))
     }
 
     /// Whether the graph has alloc or free nodes (which forbid cloning, a second instantiation,
     /// and deleting nodes or edges).
     #[must_use]
     pub fn has_memory_nodes(&self) -> bool {
-        self.nodes.iter().any(|n| !n.mem.is_empty())
+        self.record.has_memory_nodes()
     }
 
     /// Refuses a memory node in a conditional node's body: whether the body runs is decided on
@@ -324,7 +305,7 @@ impl Graph {
 
     #[inline]
     pub(crate) fn index_of(&self, call: &'static str, node: Node) -> Result<usize> {
-        if node.graph != self.id || node.index as usize >= self.nodes.len() {
+        if node.graph != self.id || node.index as usize >= self.record.nodes.len() {
             return Err(Error::invalid(
                 call,
                 format!("node {} belongs to another graph", node.index),
@@ -345,7 +326,7 @@ impl Graph {
     ) -> Result<(Few<sys::CUgraphNode>, Few<u32>)> {
         if let [dep] = deps {
             let i = self.index_of(call, *dep)?;
-            return Ok((Few::One(self.nodes[i].raw), Few::One(i as u32)));
+            return Ok((Few::One(self.record.nodes[i].raw), Few::One(i as u32)));
         }
         self.resolve_many(call, deps)
     }
@@ -366,7 +347,7 @@ impl Graph {
                     format!("dependency on node {i} is listed twice"),
                 ));
             }
-            raw.push(self.nodes[i].raw);
+            raw.push(self.record.nodes[i].raw);
             indices.push(i as u32);
         }
         Ok((raw, indices))
@@ -396,32 +377,38 @@ impl Graph {
         Ok((raw, indices))
     }
 
-    fn push(&mut self, raw: sys::CUgraphNode, kind: NodeKind, deps: Few<u32>) -> Node {
-        self.push_with(raw, kind, deps, Few::new(), Few::new())
+    /// Appends a node to the record.
+    #[inline]
+    pub(crate) fn push(&mut self, raw: sys::CUgraphNode, kind: NodeKind, deps: Few<u32>) -> Node {
+        let index = self.record.push(raw, kind, deps) as u32;
+        Node {
+            graph: self.id,
+            index,
+        }
     }
 
-    /// As [`push`](Graph::push), with the node's uses and memory operations.
-    pub(crate) fn push_with(
+    /// As [`push`](Graph::push), with what the node does to allocations.
+    pub(crate) fn push_with<'a>(
         &mut self,
         raw: sys::CUgraphNode,
         kind: NodeKind,
         deps: Few<u32>,
-        uses: Few<GraphAllocation>,
-        mem: Few<MemOp>,
+        refs: impl IntoIterator<Item = (MemRole, &'a GraphAllocation)>,
     ) -> Node {
-        let index = self.nodes.len() as u32;
-        self.nodes.push(NodeRecord {
-            raw,
-            kind,
-            label: None,
-            deps,
-            uses,
-            mem,
-            event: None,
-        });
-        Node {
-            graph: self.id,
-            index,
+        let node = self.push(raw, kind, deps);
+        self.add_refs(node, refs);
+        node
+    }
+
+    /// Records what `node` does to allocations.
+    #[inline]
+    pub(crate) fn add_refs<'a>(
+        &mut self,
+        node: Node,
+        refs: impl IntoIterator<Item = (MemRole, &'a GraphAllocation)>,
+    ) {
+        for (role, a) in refs {
+            self.record.add_ref(node.index(), role, a);
         }
     }
 
@@ -467,11 +454,17 @@ impl Graph {
             self.id,
             params.label.clone(),
         );
-        let mem = Few::One(MemOp::Alloc(allocation.clone()));
         self.keep.push(allocation.keep());
-        let node = self.push_with(raw, NodeKind::MemAlloc, indices, Few::new(), mem);
+        let node = self.push_with(
+            raw,
+            NodeKind::MemAlloc,
+            indices,
+            [(MemRole::Alloc, &allocation)],
+        );
         if params.label.is_some() {
-            self.nodes[node.index()].label.clone_from(&params.label);
+            self.record.nodes[node.index()]
+                .label
+                .clone_from(&params.label);
         }
         Ok((node, allocation))
     }
@@ -497,8 +490,12 @@ impl Graph {
             // address.
             unsafe { sys::cuGraphAddMemFreeNode(node, graph, deps, count, allocation.ptr()) }
         })?;
-        let mem = Few::One(MemOp::Free(allocation.clone()));
-        let node = self.push_with(raw, NodeKind::MemFree, indices, Few::new(), mem);
+        let node = self.push_with(
+            raw,
+            NodeKind::MemFree,
+            indices,
+            [(MemRole::Free, allocation)],
+        );
         allocation.register_free(self.id, true);
         Ok(node)
     }
@@ -546,10 +543,10 @@ impl Graph {
             })
         })?;
         let kind = NodeKind::Kernel(function.shared_name());
-        let uses = args.graph_allocations().cloned().collect();
         self.keep
             .extend(std::iter::once(function.keep()).chain(args.keeps()));
-        Ok(self.push_with(raw, kind, indices, uses, Few::new()))
+        let uses = args.graph_allocations().map(|a| (MemRole::Use, a));
+        Ok(self.push_with(raw, kind, indices, uses))
     }
 
     /// Adds a memset node that writes `value` to `count` 32-bit words at the start of `target`.
@@ -596,8 +593,8 @@ impl Graph {
             // against the target's size.
             unsafe { sys::cuGraphAddMemsetNode(node, graph, deps, count, params, context) }
         })?;
-        let node = self.push(raw, NodeKind::Memset, indices);
-        self.nodes[node.index()].uses = target.graph_allocation().cloned().into_iter().collect();
+        let uses = target.graph_allocation().map(|a| (MemRole::Use, a));
+        let node = self.push_with(raw, NodeKind::Memset, indices, uses);
         self.keep.push(target.owner().keep());
         Ok(node)
     }
@@ -719,9 +716,9 @@ impl Graph {
             // against their sizes.
             unsafe { sys::cuGraphAddMemcpyNode(node, graph, deps, count, &params, context) }
         })?;
-        let node = self.push(raw, NodeKind::Memcpy, indices);
         let uses = [dst.graph_allocation(), src.graph_allocation()];
-        self.nodes[node.index()].uses = uses.into_iter().flatten().cloned().collect();
+        let uses = uses.into_iter().flatten().map(|a| (MemRole::Use, a));
+        let node = self.push_with(raw, NodeKind::Memcpy, indices, uses);
         self.keep.extend([dst.owner().keep(), src.owner().keep()]);
         Ok(node)
     }
@@ -822,8 +819,8 @@ impl Graph {
             // against their sizes, and the graph keeps both memories from now on.
             unsafe { sys::cuGraphAddMemcpyNode(node, graph, deps, count, params, context) }
         })?;
-        let node = self.push(raw, NodeKind::Memcpy, indices);
-        self.nodes[node.index()].uses = device.graph_allocation().cloned().into_iter().collect();
+        let uses = device.graph_allocation().map(|a| (MemRole::Use, a));
+        let node = self.push_with(raw, NodeKind::Memcpy, indices, uses);
         self.keep.extend([device.owner().keep(), host]);
         Ok(node)
     }
@@ -921,7 +918,7 @@ impl Graph {
             unsafe { add(node, graph, deps, count, event.as_raw()) }
         })?;
         let node = self.push(raw, kind, indices);
-        self.nodes[node.index()].event = Some(event.clone());
+        self.record.nodes[node.index()].event = Some(event.clone());
         self.keep.push(Arc::new(event.clone()));
         Ok(node)
     }
@@ -953,11 +950,7 @@ impl Graph {
         // graph) later, and two graphs copied into each other must not hold each other.
         self.keep.extend(child.keep.snapshot());
         let node = self.push(raw, NodeKind::ChildGraph, indices);
-        self.nodes[node.index()].uses = child
-            .nodes
-            .iter()
-            .flat_map(|n| n.uses.iter().cloned())
-            .collect();
+        self.add_refs(node, child.record.handles(|role| role == MemRole::Use));
         Ok(node)
     }
 
@@ -1000,18 +993,22 @@ impl Graph {
         // and with graphs the child was copied into.
         self.keep.extend(child.keep.snapshot());
         let node = self.push(raw, NodeKind::ChildGraph, indices);
-        let record = &mut self.nodes[node.index()];
-        for n in &child.nodes {
-            record.uses.extend(n.uses.iter().cloned());
-            record.mem.extend(n.mem.iter().cloned());
-        }
-        for op in &record.mem {
-            if let MemOp::Free(allocation) = op {
+        // The child's memory operations, then its uses, each in the child's order.
+        let mem = [MemRole::Alloc, MemRole::Free];
+        let refs: Vec<(MemRole, GraphAllocation)> = child
+            .record
+            .handles(|role| mem.contains(&role))
+            .chain(child.record.handles(|role| role == MemRole::Use))
+            .map(|(role, a)| (role, a.clone()))
+            .collect();
+        self.add_refs(node, refs.iter().map(|(role, a)| (*role, a)));
+        for (role, allocation) in &refs {
+            if *role == MemRole::Free {
                 allocation.register_free(child.id, false);
                 allocation.register_free(self.id, true);
             }
         }
-        child.nodes.clear();
+        child.record = Record::of_graph(child.id);
         Ok(node)
     }
 
@@ -1026,7 +1023,7 @@ impl Graph {
         const CALL: &str = "cuGraphAddDependencies";
         let f = self.index_of(CALL, from)?;
         let t = self.index_of(CALL, to)?;
-        let (from_raw, to_raw) = (self.nodes[f].raw, self.nodes[t].raw);
+        let (from_raw, to_raw) = (self.record.nodes[f].raw, self.record.nodes[t].raw);
         check(
             // SAFETY: both nodes belong to this graph; one edge, no edge data.
             unsafe {
@@ -1034,9 +1031,7 @@ impl Graph {
             },
             CALL,
         )?;
-        if !self.nodes[t].deps.contains(&(f as u32)) {
-            self.nodes[t].deps.push(f as u32);
-        }
+        self.record.add_edge(f, t);
         Ok(())
     }
 
@@ -1114,7 +1109,7 @@ fn retain_keep(graph: &Graph) -> Result<()> {
 
 /// Builds a [`Graph`] around a raw graph by reading its nodes and edges. The `captured` nodes
 /// are known (`known_node` gives their record, which moves into the graph's); the others are
-/// asked for their type, and their memory nodes become `MemOp`s, matched to `allocations` and
+/// asked for their type, and their memory nodes are matched to `allocations` and
 /// `frees` by address, or new allocations when made by other code. A capture passes the nodes
 /// it reported ([`Capture::end`](crate::Capture::end)); [`Graph::from_raw`] passes none.
 ///
@@ -1148,7 +1143,7 @@ where
     for a in allocations {
         made.entry(a.ptr()).or_default().push_back(a.clone());
     }
-    graph.nodes.reserve(nodes.len());
+    graph.record.nodes.reserve(nodes.len());
     for &node in &nodes {
         let what = match in_order.peek() {
             // (Empty once `known` is made.)
@@ -1157,16 +1152,21 @@ where
                 .get_or_insert_with(|| in_order.by_ref().map(|(n, w)| (n as usize, w)).collect())
                 .remove(&(node as usize)),
         };
-        let (kind, uses, mem) = match what {
+        let (kind, refs) = match what {
             Some(what) => known_node(what, by_address.as_mut()),
             None => {
                 let by_address =
-                    by_address.get_or_insert_with(|| addresses(&graph.nodes, frees, id));
+                    by_address.get_or_insert_with(|| addresses(&graph.record, frees, id));
                 // SAFETY: the node belongs to the live graph.
                 unsafe { unknown_node(node, device, id, &mut made, by_address) }?
             }
         };
-        graph.push_with(node, kind, Few::new(), uses, mem);
+        graph.push_with(
+            node,
+            kind,
+            Few::new(),
+            refs.iter().map(|(role, a)| (*role, a)),
+        );
     }
     // A chain's edges come node after node: each edge's source is likely the node its last
     // target was, and its target the node after its source. Guesses are checked against the
@@ -1189,32 +1189,29 @@ where
     for (&f, &t) in from.iter().zip(&to) {
         let Some(f) = position(f, last) else { continue };
         if let Some(t) = position(t, f + 1) {
-            graph.nodes[t].deps.push(f as u32);
+            graph.record.nodes[t].deps.push(f as u32);
             last = t;
         }
     }
     Ok(graph)
 }
 
-/// A node's record apart from its handle and edges: kind, uses and memory operations.
-pub(crate) type NodeParts = (NodeKind, Few<GraphAllocation>, Few<MemOp>);
+/// A node's record apart from its handle and edges: its kind, and what it does to which
+/// allocations.
+pub(crate) type NodeParts = (NodeKind, Few<(MemRole, GraphAllocation)>);
 
 /// The allocations a free node may free, by address: those of other graphs that the capture
 /// frees, then those allocated by the nodes recorded so far (a later one replaces an earlier
 /// one at the same address: free nodes free the allocation that last held their address).
 fn addresses(
-    recorded: &[NodeRecord],
+    recorded: &Record,
     frees: &[GraphAllocation],
     id: u64,
 ) -> IdMap<sys::CUdeviceptr, GraphAllocation> {
     let foreign = frees.iter().filter(|f| f.owner_graph() != id);
     let allocated = recorded
-        .iter()
-        .flat_map(|n| &n.mem)
-        .filter_map(|op| match op {
-            MemOp::Alloc(a) => Some(a),
-            MemOp::Free(_) => None,
-        });
+        .handles(|role| role == MemRole::Alloc)
+        .map(|(_, a)| a);
     foreign
         .chain(allocated)
         .map(|a| (a.ptr(), a.clone()))
@@ -1265,7 +1262,7 @@ unsafe fn unknown_node(
                     GraphAllocation::new(params.dptr, params.bytesize, device, id, None)
                 });
             by_address.insert(params.dptr, allocation.clone());
-            mem.push(MemOp::Alloc(allocation));
+            mem.push((MemRole::Alloc, allocation));
         }
         NodeKind::MemFree => {
             let mut ptr = 0;
@@ -1273,12 +1270,12 @@ unsafe fn unknown_node(
             driver!(unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) })?;
             if let Some(allocation) = by_address.get(&ptr).cloned() {
                 allocation.register_free(id, true);
-                mem.push(MemOp::Free(allocation));
+                mem.push((MemRole::Free, allocation));
             }
         }
         _ => {}
     }
-    Ok((kind, Few::new(), mem))
+    Ok((kind, mem))
 }
 
 /// The graph's nodes, and its edges as two lists (from, to).

@@ -39,16 +39,6 @@ impl<T> Few<T> {
         }
     }
 
-    /// Calls `f` with each item; for one item, without making a slice of it.
-    #[inline(always)]
-    pub(crate) fn each<'a>(&'a self, mut f: impl FnMut(&'a T)) {
-        match self {
-            Few::Empty => {}
-            Few::One(item) => f(item),
-            Few::Many(items) => items.iter().for_each(f),
-        }
-    }
-
     /// The items.
     #[inline]
     #[must_use]

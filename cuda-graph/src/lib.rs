@@ -5,8 +5,9 @@
 //! AutoFreeOnLaunch, upload, trim and the footprint attributes, and peer access. Every handle is
 //! owned by a value whose `Drop` releases it; allocations that outlive their graph (G.3.3) are
 //! owned values too, freed by you or, failing that, when the last handle that reaches them drops.
-//! And what CUDA does not do: before instantiation, the builder's record of nodes, edges and
-//! uses is checked against the lifetime rules of graph allocations ([`check`]).
+//! And what CUDA does not do: before instantiation, the graph's [`Record`] of nodes, edges and
+//! the allocations they allocate, free and use is checked against the lifetime rules of graph
+//! allocations ([`check`]).
 //!
 //! It needs only `libcuda.so.1` at run time, loaded when first used, and shares the primary
 //! context with runtime-API code on the same device.
@@ -328,6 +329,7 @@ mod node_kind;
 mod pinned;
 mod pool;
 mod readback;
+mod record;
 mod stream;
 mod stream_alloc;
 mod transfer;
@@ -346,7 +348,7 @@ pub use error::{AllocationRef, DriverError, Error, Result, UpdateRefusal};
 pub use event::{Event, EventFlags};
 pub use exec::{ExecGraph, InstantiateFlags};
 pub use footprint::GraphMemInfo;
-pub use graph::{Graph, MemOp, Node, NodeKind, NodeRecord};
+pub use graph::{Graph, Node, NodeKind};
 pub use handle::{Handle, OwnedHandle};
 pub use inline_list::Few;
 pub use live_objects::{LiveObjects, live_objects};
@@ -358,6 +360,7 @@ pub use readback::{
     DriverNode, KernelNodeParams, MemAllocNodeParams, MemcpyNodeParams, MemcpyOperand,
     MemsetNodeParams, NodeParams,
 };
+pub use record::{MemRole, NodeRecord, Record};
 pub use stream::{AsStream, BorrowedStream, CaptureStatus, Stream, StreamFlags};
 pub use stream_alloc::StreamAllocation;
 pub use transfer::StreamMemOps;

@@ -7,7 +7,8 @@ use std::fmt;
 
 use crate::node_kind::NodeKind;
 
-/// An allocation of a [`Model`](crate::check::Model).
+/// An allocation of a [`Record`](crate::Record): its graph-local key, given when a node of the
+/// record first names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AllocKey(pub usize);
 
@@ -45,14 +46,14 @@ pub enum Rule {
     FreedTwice,
     /// More than one graph frees the allocation.
     FreedByTwoGraphs,
-    /// More than one alloc node allocates the allocation (possible only in a hand-built
-    /// [`Model`](crate::check::Model)).
+    /// More than one alloc node allocates the allocation (possible only in a record built
+    /// by hand, [`Record::new`](crate::Record::new)).
     AllocatedTwice,
     /// A node allocates, frees or uses an allocation that does not exist (possible only in a
-    /// hand-built [`Model`](crate::check::Model)).
+    /// record built by hand, [`Record::new`](crate::Record::new)).
     UnknownAllocation,
-    /// A node depends on a node that does not exist (possible only in a hand-built
-    /// [`Model`](crate::check::Model)).
+    /// A node depends on a node that does not exist (possible only in a record built
+    /// by hand, [`Record::new`](crate::Record::new)).
     UnknownDependency,
     /// The dependencies form a cycle, so no order exists.
     Cycle,
@@ -68,8 +69,8 @@ pub struct Violation {
     /// The allocation, as its label or number, size and address; empty for the rules about
     /// edges alone ([`Rule::Cycle`], [`Rule::UnknownDependency`]).
     pub allocation: String,
-    /// The allocation's key in the [`Model`](crate::check::Model) (for a
-    /// [`Graph`](crate::Graph), in [`Graph::model`](crate::Graph::model)); `None` for the rules
+    /// The allocation's key in the [`Record`](crate::Record) (for a
+    /// [`Graph`](crate::Graph), in [`Graph::record`](crate::Graph::record)); `None` for the rules
     /// about edges alone.
     pub key: Option<AllocKey>,
     /// The node that breaks the rule.
@@ -189,7 +190,7 @@ impl fmt::Display for Violation {
             ),
             Rule::UnknownAllocation => write!(
                 f,
-                "{node} refers to {alloc}, which is not an allocation of the model"
+                "{node} refers to {alloc}, which is not an allocation of the record"
             ),
             Rule::UnknownDependency => {
                 let from = self.offending_edge.map(|(from, _)| from).unwrap_or(0);

@@ -52,3 +52,11 @@ impl fmt::Display for NodeKind {
         }
     }
 }
+
+/// Lets a [`NodeRecord::kind`](crate::NodeRecord::kind) be compared with a kind:
+/// `node.kind() == NodeKind::MemFree`.
+impl PartialEq<NodeKind> for &NodeKind {
+    fn eq(&self, other: &NodeKind) -> bool {
+        **self == *other
+    }
+}

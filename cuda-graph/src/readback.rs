@@ -398,14 +398,14 @@ impl Graph {
     pub fn dependencies(&self, node: Node) -> Result<Vec<DriverNode>> {
         const CALL: &str = "cuGraphNodeGetDependencies";
         let i = self.index_of("Graph::dependencies", node)?;
-        let raw = self.nodes[i].raw;
+        let raw = self.record.nodes[i].raw;
         let list = node_list(CALL, |out, count| {
             // SAFETY: `raw` is a node of this live graph; `out` is null or holds `*count`
             // entries (`node_list`); edge data is not asked for.
             unsafe { sys::cuGraphNodeGetDependencies_v2(raw, out, std::ptr::null_mut(), count) }
         })?;
         // The record lists the same dependencies, likely in the same order: each is tried first.
-        let guesses = &self.nodes[i].deps;
+        let guesses = &self.record.nodes[i].deps;
         let mut positions = Positions::new(self);
         Ok(list
             .into_iter()
@@ -517,7 +517,7 @@ impl Graph {
 
     /// The driver's handle of `node`, refusing a node of another graph.
     fn raw_node(&self, call: &'static str, node: Node) -> Result<sys::CUgraphNode> {
-        self.index_of(call, node).map(|i| self.nodes[i].raw)
+        self.index_of(call, node).map(|i| self.record.nodes[i].raw)
     }
 }
 
@@ -538,7 +538,7 @@ impl<'g> Positions<'g> {
 
     /// `raw` as a [`DriverNode`], trying the record's position `guess` first.
     fn node(&mut self, raw: sys::CUgraphNode, guess: Option<usize>) -> DriverNode {
-        let nodes = &self.graph.nodes;
+        let nodes = self.graph.nodes();
         let hit = guess.filter(|&g| nodes.get(g).is_some_and(|n| n.raw == raw));
         let index = match hit {
             // Record positions fit a u32: the record numbers its nodes with one (`Node`).

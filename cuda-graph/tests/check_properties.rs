@@ -1,15 +1,15 @@
-//! Property tests of `check_model`: random graphs (DAGs, DAGs with a cycle added, chains of
+//! Property tests of `check_record`: random graphs (DAGs, DAGs with a cycle added, chains of
 //! allocations like real programs) with random alloc, free and use placements, compared with a
 //! brute-force oracle that computes reachability by a search from every node and applies the
 //! rules as the module documents them, one allocation and one pair of nodes at a time.
 //!
 //! A small xorshift generator makes every case reproducible from its seed; a failure prints the
-//! seed and the model. `CUDA_GRAPH_PROPERTY_SCALE=<n>` multiplies the number of cases.
+//! seed and the record. `CUDA_GRAPH_PROPERTY_SCALE=<n>` multiplies the number of cases.
 
 use std::collections::BTreeSet;
 
 use cuda_graph::NodeKind;
-use cuda_graph::check::{AllocKey, Model, Rule, check_model};
+use cuda_graph::check::{AllocKey, Record, Rule, check_record};
 
 /// xorshift64: small, fast, reproducible.
 struct Rng(u64);
@@ -80,14 +80,14 @@ impl Spec {
         self.deps.len()
     }
 
-    /// The model, with node `i` at position `perm[i]` (dangling dependencies stay as they are).
-    fn model(&self, perm: &[usize]) -> Model {
+    /// The record, with node `i` at position `perm[i]` (dangling dependencies stay as they are).
+    fn model(&self, perm: &[usize]) -> Record {
         let n = self.len();
         let mut at = vec![0; n];
         for (i, &p) in perm.iter().enumerate() {
             at[p] = i;
         }
-        let mut m = Model::new();
+        let mut m = Record::new();
         for k in 0..self.allocations {
             m.add_allocation(format!("allocation 'a{k}'"));
         }
@@ -140,13 +140,13 @@ fn permutation(rng: &mut Rng, n: usize, shuffle: bool) -> Vec<usize> {
 mod oracle;
 use oracle::{Oracle, expected, row};
 
-/// Compares `check_model` with the oracle on one model; checks the edges and paths too.
-fn compare(seed: u64, m: &Model) -> Result<(), String> {
-    let got = check_model(m);
+/// Compares `check_record` with the oracle on one record; checks the edges and paths too.
+fn compare(seed: u64, m: &Record) -> Result<(), String> {
+    let got = check_record(m);
     let o = Oracle::new(m);
     let fail = |what: String| {
         Err(format!(
-            "seed {seed}: {what}\nviolations: {:#?}\nmodel: {m:#?}",
+            "seed {seed}: {what}\nviolations: {:#?}\nrecord: {m:#?}",
             got.iter().map(|v| v.to_string()).collect::<Vec<_>>()
         ))
     };
@@ -464,7 +464,7 @@ fn run(name: &str, first_seed: u64, cases: usize, make: impl Fn(&mut Rng) -> Spe
         if let Err(e) = compare(seed, &m) {
             panic!("{name}: {e}");
         }
-        let v = check_model(&m).len();
+        let v = check_record(&m).len();
         violations += v;
         clean += usize::from(v == 0);
     }

@@ -3,46 +3,46 @@
 //! graphs of every fragment of the guide's "Graph Memory Nodes" (G.3.1 without `d` and `e`,
 //! G.3.2's captured graph, G.3.3's three orderings, G.3.4, G.4.1's chains) pass.
 //!
-//! Everything here runs on `Model`s, without a GPU.
+//! Everything here runs on `Record`s, without a GPU.
 
 use cuda_graph::NodeKind;
-use cuda_graph::check::{AllocKey, LifetimeError, Model, Rule, Violation, check_model};
+use cuda_graph::check::{AllocKey, LifetimeError, Record, Rule, Violation, check_record};
 
 fn kernel(name: &str) -> NodeKind {
     NodeKind::Kernel(name.into())
 }
 
 /// A labelled node.
-fn node(m: &mut Model, kind: NodeKind, deps: &[usize], label: &str) -> usize {
+fn node(m: &mut Record, kind: NodeKind, deps: &[usize], label: &str) -> usize {
     let i = m.add_node(kind, deps);
     m.set_label(i, label);
     i
 }
 
 /// A labelled alloc node allocating `k`.
-fn alloc(m: &mut Model, k: AllocKey, deps: &[usize], label: &str) -> usize {
+fn alloc(m: &mut Record, k: AllocKey, deps: &[usize], label: &str) -> usize {
     let i = node(m, NodeKind::MemAlloc, deps, label);
     m.allocates(i, k);
     i
 }
 
 /// A labelled free node freeing `k`.
-fn free(m: &mut Model, k: AllocKey, deps: &[usize], label: &str) -> usize {
+fn free(m: &mut Record, k: AllocKey, deps: &[usize], label: &str) -> usize {
     let i = node(m, NodeKind::MemFree, deps, label);
     m.frees(i, k);
     i
 }
 
 /// A labelled kernel using `k`.
-fn user(m: &mut Model, k: AllocKey, deps: &[usize], label: &str) -> usize {
+fn user(m: &mut Record, k: AllocKey, deps: &[usize], label: &str) -> usize {
     let i = node(m, kernel("k"), deps, label);
     m.uses(i, k);
     i
 }
 
 #[track_caller]
-fn assert_passes(m: &Model) {
-    let v = check_model(m);
+fn assert_passes(m: &Record) {
+    let v = check_record(m);
     assert!(
         v.is_empty(),
         "expected no violations, got:\n{}",
@@ -55,8 +55,8 @@ fn assert_passes(m: &Model) {
 
 /// The one violation of `m`, which must break `rule`.
 #[track_caller]
-fn only(m: &Model, rule: Rule) -> Violation {
-    let v = check_model(m);
+fn only(m: &Record, rule: Rule) -> Violation {
+    let v = check_record(m);
     assert_eq!(v.len(), 1, "expected one {rule:?} violation, got {v:#?}");
     assert_eq!(v[0].rule, rule, "{}", v[0]);
     assert_one_sentence(&v[0].to_string());
@@ -73,8 +73,8 @@ fn assert_one_sentence(s: &str) {
 }
 
 /// G.3.1 without `d` and `e`: alloc → a → {b, c} → free.
-fn g3_1() -> (Model, AllocKey, [usize; 5]) {
-    let mut m = Model::new();
+fn g3_1() -> (Record, AllocKey, [usize; 5]) {
+    let mut m = Record::new();
     let buf = m.add_allocation("allocation 'buf'");
     let al = alloc(&mut m, buf, &[], "allocNode");
     let a = user(&mut m, buf, &[al], "a");
@@ -95,7 +95,7 @@ fn g3_1_without_d_and_e_passes() {
 fn not_after_alloc_node_e_of_g3_1_is_caught() {
     let (mut m, buf, [al, ..]) = g3_1();
     let e = user(&mut m, buf, &[], "e");
-    let v = check_model(&m);
+    let v = check_record(&m);
     // `e` is neither after the alloc node nor before the free node.
     let rules: Vec<_> = v.iter().map(|v| (v.node.index, v.rule)).collect();
     assert_eq!(
@@ -135,7 +135,7 @@ fn not_after_alloc_even_when_the_free_depends_on_the_user() {
 
 #[test]
 fn not_after_alloc_free_node_is_caught() {
-    let mut m = Model::new();
+    let mut m = Record::new();
     let buf = m.add_allocation("allocation 'buf'");
     let al = alloc(&mut m, buf, &[], "allocNode");
     let fr = m.add_node(NodeKind::MemFree, &[]);
@@ -157,7 +157,7 @@ fn not_after_alloc_free_node_is_caught() {
 #[test]
 fn not_after_alloc_through_a_path_of_edges_passes() {
     // Ordering is transitive: the free depends on b and c only (G.3.1's remark on node a).
-    let mut m = Model::new();
+    let mut m = Record::new();
     let buf = m.add_allocation("allocation 'buf'");
     let al = alloc(&mut m, buf, &[], "alloc");
     let e1 = node(&mut m, NodeKind::Empty, &[al], "join1");
@@ -171,8 +171,8 @@ fn not_after_alloc_through_a_path_of_edges_passes() {
 
 /// G.4.1: chain 1 (alloc1 → k1 → free1) then chain 2 (alloc2 → k2 → free2) after it, so that
 /// alloc2 may reuse alloc1's address.
-fn g4_1_chains() -> (Model, [AllocKey; 2], [usize; 6]) {
-    let mut m = Model::new();
+fn g4_1_chains() -> (Record, [AllocKey; 2], [usize; 6]) {
+    let mut m = Record::new();
     let one = m.add_allocation("allocation 'one'");
     let two = m.add_allocation("allocation 'two'");
     let a1 = alloc(&mut m, one, &[], "alloc1");
@@ -221,7 +221,7 @@ fn use_after_free_is_caught_with_the_offending_path() {
 
 #[test]
 fn use_after_free_direct_edge_and_its_legal_counterpart() {
-    let mut m = Model::new();
+    let mut m = Record::new();
     let buf = m.add_allocation("allocation 'buf'");
     let al = alloc(&mut m, buf, &[], "alloc");
     let fr = free(&mut m, buf, &[al], "free");
@@ -229,7 +229,7 @@ fn use_after_free_direct_edge_and_its_legal_counterpart() {
     let v = only(&m, Rule::UseAfterFree);
     assert_eq!(v.offending_edge, Some((fr, k)));
     // The legal graph: k between the alloc and the free.
-    let mut m = Model::new();
+    let mut m = Record::new();
     let buf = m.add_allocation("allocation 'buf'");
     let al = alloc(&mut m, buf, &[], "alloc");
     let k = user(&mut m, buf, &[al], "k");
@@ -239,7 +239,7 @@ fn use_after_free_direct_edge_and_its_legal_counterpart() {
 
 #[test]
 fn use_after_free_long_path_is_elided_in_the_sentence() {
-    let mut m = Model::new();
+    let mut m = Record::new();
     let buf = m.add_allocation("allocation 'buf'");
     let al = alloc(&mut m, buf, &[], "alloc");
     let fr = free(&mut m, buf, &[al], "free");
@@ -281,7 +281,7 @@ fn unordered_with_free_node_d_of_g3_1_is_caught() {
 #[test]
 fn unordered_with_free_when_the_user_comes_later_in_the_order() {
     // The user is in a branch that the topological order places after the free node.
-    let mut m = Model::new();
+    let mut m = Record::new();
     let buf = m.add_allocation("allocation 'buf'");
     let al = alloc(&mut m, buf, &[], "alloc");
     let fr = free(&mut m, buf, &[al], "free");
@@ -320,7 +320,7 @@ fn freed_by_two_graphs_is_caught() {
 #[test]
 fn freed_by_another_graph_only_passes() {
     // The owner allocates and uses it; another graph frees it (G.3.3).
-    let mut m = Model::new();
+    let mut m = Record::new();
     let buf = m.add_allocation("allocation 'buf'");
     let al = alloc(&mut m, buf, &[], "alloc");
     user(&mut m, buf, &[al], "k");
@@ -374,7 +374,7 @@ fn cycle_is_caught_and_an_acyclic_graph_passes() {
     );
     let _ = al;
     // A self-loop.
-    let mut m = Model::new();
+    let mut m = Record::new();
     let x = m.add_node(NodeKind::Empty, &[]);
     m.add_edge(x, x);
     let v = only(&m, Rule::Cycle);
@@ -387,7 +387,7 @@ fn cycle_is_caught_and_an_acyclic_graph_passes() {
 fn g3_2_captured_graph_passes() {
     // cudaMallocAsync; A on stream1; fork; B on stream1; C on stream2; join; cudaFreeAsync.
     // The capture turns event dependencies into edges: A → B, A → C, {B, C} → free.
-    let mut m = Model::new();
+    let mut m = Record::new();
     let dptr = m.add_allocation("allocation #1 (4.0 MiB at 0x7f0000000000)");
     let al = m.add_node(NodeKind::MemAlloc, &[]);
     m.allocates(al, dptr);
@@ -401,7 +401,7 @@ fn g3_2_captured_graph_passes() {
     m.frees(fr, dptr);
     assert_passes(&m);
     // Without the join (the free after B only), C is unordered with the free.
-    m.nodes[fr].deps = vec![b];
+    m.remove_edge(c, fr);
     let v = only(&m, Rule::UnorderedWithFree);
     assert_eq!(v.node.index, c);
     assert!(
@@ -414,7 +414,7 @@ fn g3_2_captured_graph_passes() {
 #[test]
 fn g3_3_single_stream_ordering_passes() {
     // allocGraph holds the alloc node alone; kernel and cudaFreeAsync are stream work.
-    let mut alloc_graph = Model::new();
+    let mut alloc_graph = Record::new();
     let dptr = alloc_graph.add_allocation("allocation 'dptr'");
     alloc(&mut alloc_graph, dptr, &[], "allocNode");
     assert_passes(&alloc_graph);
@@ -422,19 +422,19 @@ fn g3_3_single_stream_ordering_passes() {
 
 #[test]
 fn g3_3_event_ordering_passes() {
-    let mut alloc_graph = Model::new();
+    let mut alloc_graph = Record::new();
     let dptr = alloc_graph.add_allocation("allocation 'dptr'");
     alloc(&mut alloc_graph, dptr, &[], "allocNode");
     assert_passes(&alloc_graph);
     // The consuming and freeing graph: kernel a, then the free node (of another graph's
     // allocation: no alloc node here).
-    let mut free_graph = Model::new();
+    let mut free_graph = Record::new();
     let dptr = free_graph.add_allocation("allocation 'dptr'");
     let a = user(&mut free_graph, dptr, &[], "a");
     free(&mut free_graph, dptr, &[a], "freeNode");
     assert_passes(&free_graph);
     // Freeing before the kernel: caught in the freeing graph.
-    let mut bad = Model::new();
+    let mut bad = Record::new();
     let dptr = bad.add_allocation("allocation 'dptr'");
     let fr = free(&mut bad, dptr, &[], "freeNode");
     user(&mut bad, dptr, &[fr], "a");
@@ -443,12 +443,12 @@ fn g3_3_event_ordering_passes() {
 
 /// G.3.3's third ordering: allocGraph = alloc → record(allocEvent); waitAndFreeGraph =
 /// wait(streamUseDone), wait(allocReady) → kernel; free after kernel and wait(streamUseDone).
-fn g3_3_event_nodes() -> (Model, Model, [usize; 4], AllocKey) {
-    let mut alloc_graph = Model::new();
+fn g3_3_event_nodes() -> (Record, Record, [usize; 4], AllocKey) {
+    let mut alloc_graph = Record::new();
     let dptr = alloc_graph.add_allocation("allocation 'dptr'");
     let al = alloc(&mut alloc_graph, dptr, &[], "allocNode");
     node(&mut alloc_graph, NodeKind::EventRecord, &[al], "recordNode");
-    let mut wf = Model::new();
+    let mut wf = Record::new();
     let dptr = wf.add_allocation("allocation 'dptr'");
     let done = node(&mut wf, NodeKind::EventWait, &[], "streamUseDoneEventNode");
     let ready = node(&mut wf, NodeKind::EventWait, &[], "allocReadyEventNode");
@@ -466,8 +466,8 @@ fn g3_3_event_node_ordering_passes() {
 
 #[test]
 fn g3_3_free_node_not_after_the_consuming_kernel_is_caught() {
-    let (_, mut wf, [done, _, k, fr], _) = g3_3_event_nodes();
-    wf.nodes[fr].deps = vec![done];
+    let (_, mut wf, [_, _, k, fr], _) = g3_3_event_nodes();
+    wf.remove_edge(k, fr);
     let v = only(&wf, Rule::UnorderedWithFree);
     assert_eq!((v.node.index, v.missing_edge), (k, Some((k, fr))));
 }
@@ -475,16 +475,16 @@ fn g3_3_free_node_not_after_the_consuming_kernel_is_caught() {
 #[test]
 fn g3_3_kernel_not_after_the_event_wait_node_is_not_visible_in_one_graph() {
     // The documented limit (module docs, rule 4): which event wait node stands for the
-    // allocation's readiness is not in one graph's record, so this passes the model check.
-    let (_, mut wf, [_, _, k, _], _) = g3_3_event_nodes();
-    wf.nodes[k].deps.clear();
+    // allocation's readiness is not in one graph's record, so this passes the record's check.
+    let (_, mut wf, [_, ready, k, _], _) = g3_3_event_nodes();
+    wf.remove_edge(ready, k);
     assert_passes(&wf);
 }
 
 #[test]
 fn g3_4_producer_and_consumers_pass() {
     // Producer: two allocations, one kernel, no frees (AutoFreeOnLaunch frees them).
-    let mut producer = Model::new();
+    let mut producer = Record::new();
     let d1 = producer.add_allocation("allocation 'data1'");
     let d2 = producer.add_allocation("allocation 'data2'");
     let a1 = alloc(&mut producer, d1, &[], "malloc1");
@@ -495,13 +495,13 @@ fn g3_4_producer_and_consumers_pass() {
     assert_passes(&producer);
     // Consumers use the producer's allocations and free nothing.
     for name in ["consume1", "consume2"] {
-        let mut consumer = Model::new();
+        let mut consumer = Record::new();
         let d = consumer.add_allocation("allocation 'data'");
         user(&mut consumer, d, &[], name);
         assert_passes(&consumer);
     }
     // The final cudaFreeAsync of G.3.4 is stream work; a graph that frees both instead:
-    let mut freeing = Model::new();
+    let mut freeing = Record::new();
     let d1 = freeing.add_allocation("allocation 'data1'");
     let d2 = freeing.add_allocation("allocation 'data2'");
     let f1 = free(&mut freeing, d1, &[], "free1");
@@ -513,7 +513,7 @@ fn g3_4_producer_and_consumers_pass() {
 
 #[test]
 fn unlabelled_nodes_are_named_by_kind_and_position() {
-    let mut m = Model::new();
+    let mut m = Record::new();
     let buf = m.add_allocation("allocation #3 (1.0 MiB at 0x7f0000200000)");
     let al = m.add_node(NodeKind::MemAlloc, &[]);
     m.allocates(al, buf);
@@ -537,7 +537,7 @@ fn every_rule_reads_as_one_sentence_and_violations_come_in_node_order() {
     m.add_node(kernel("k"), &[1234]); // unknown dependency
     free(&mut m, AllocKey(42), &[], "ghost"); // unknown allocation
     m.set_freed_elsewhere(buf); // freed by two graphs
-    let violations = check_model(&m);
+    let violations = check_record(&m);
     let mut rules: Vec<Rule> = violations.iter().map(|v| v.rule).collect();
     let indices: Vec<usize> = violations.iter().map(|v| v.node.index).collect();
     assert!(indices.is_sorted(), "{indices:?}");
@@ -576,7 +576,7 @@ fn every_rule_reads_as_one_sentence_and_violations_come_in_node_order() {
 fn many_allocations_in_several_batches_are_each_checked() {
     // 300 independent chains: more than one batch of 64 in each pass; break one chain of each
     // kind far from the first batch.
-    let mut m = Model::new();
+    let mut m = Record::new();
     let mut chains = Vec::new();
     for i in 0..300 {
         let k = m.add_allocation(format!("allocation 'c{i}'"));
@@ -590,10 +590,10 @@ fn many_allocations_in_several_batches_are_each_checked() {
     let (k, _, _, _, fr) = chains[200];
     let x = user(&mut m, k, &[], "x"); // not after alloc, unordered with free
     let (k2, al2, u2, _, _) = chains[250];
-    m.nodes[u2].deps.retain(|&d| d != al2); // not after alloc
+    m.remove_edge(al2, u2); // not after alloc
     let (_, al3, _, w3, fr3) = chains[130];
-    m.nodes[fr3].deps.retain(|&d| d != w3); // unordered with free
-    let got: Vec<(usize, Rule)> = check_model(&m)
+    m.remove_edge(w3, fr3); // unordered with free
+    let got: Vec<(usize, Rule)> = check_record(&m)
         .iter()
         .map(|v| (v.node.index, v.rule))
         .collect();

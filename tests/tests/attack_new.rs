@@ -54,7 +54,7 @@ fn cfg() -> LaunchConfig {
 }
 
 fn kinds(graph: &Graph) -> Vec<NodeKind> {
-    graph.nodes().iter().map(|n| n.kind.clone()).collect()
+    graph.nodes().iter().map(|n| n.kind().clone()).collect()
 }
 
 /// A graph whose launch leaves one allocation of BYTES live, launched once on `stream`.

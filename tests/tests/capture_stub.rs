@@ -12,7 +12,7 @@ use std::ffi::{CString, c_int};
 use cuda_graph::check::Rule;
 use cuda_graph::{
     AsStream, CaptureMode, Error, Function, Graph, GraphAllocation, InstantiateFlags, KernelArgs,
-    MemOp, NodeKind, NodeRecord, Stream, StreamFlags, capture, sys,
+    MemRole, NodeKind, NodeRecord, Stream, StreamFlags, capture, sys,
 };
 use stub_common::{BYTES, N, config, stub, stub_path};
 
@@ -58,10 +58,10 @@ fn captured_chain(stream: &Stream, fill: &Function, k: usize) -> Graph {
     graph
 }
 
-/// The allocation a memory node allocates or frees.
-fn allocation(node: &NodeRecord) -> &GraphAllocation {
-    match node.mem.as_slice() {
-        [MemOp::Alloc(a) | MemOp::Free(a)] => a,
+/// The allocation a memory node of `graph` allocates or frees.
+fn allocation<'g>(graph: &'g Graph, node: &NodeRecord) -> &'g GraphAllocation {
+    match node.refs() {
+        [(MemRole::Alloc | MemRole::Free, k)] => graph.record().allocation(*k).unwrap(),
         other => panic!("expected one memory operation, got {other:?}"),
     }
 }
@@ -80,23 +80,20 @@ fn assert_chain(graph: &Graph, k: usize, reversed: bool) {
             &nodes[at(3 * s + 1)],
             &nodes[at(3 * s + 2)],
         );
-        assert_eq!(a.kind, NodeKind::MemAlloc, "segment {s}");
-        assert_eq!(kn.kind.to_string(), "kernel fill_u32", "segment {s}");
-        assert_eq!(f.kind, NodeKind::MemFree, "segment {s}");
-        let made = allocation(a);
-        assert!(matches!(a.mem[0], MemOp::Alloc(_)));
-        assert!(matches!(f.mem[0], MemOp::Free(_)));
+        assert_eq!(a.kind(), NodeKind::MemAlloc, "segment {s}");
+        assert_eq!(kn.kind().to_string(), "kernel fill_u32", "segment {s}");
+        assert_eq!(f.kind(), NodeKind::MemFree, "segment {s}");
+        let made = allocation(graph, a);
+        assert!(matches!(a.refs()[0], (MemRole::Alloc, _)));
+        assert!(matches!(f.refs()[0], (MemRole::Free, _)));
         assert_eq!(
-            allocation(f).id(),
+            allocation(graph, f).id(),
             made.id(),
             "segment {s}: the free frees its alloc"
         );
-        assert_eq!(kn.uses.len(), 1);
-        assert_eq!(
-            kn.uses[0].id(),
-            made.id(),
-            "segment {s}: the kernel uses it"
-        );
+        let uses: Vec<_> = graph.record().allocations_of(kn, MemRole::Use).collect();
+        assert_eq!(uses.len(), 1);
+        assert_eq!(uses[0].id(), made.id(), "segment {s}: the kernel uses it");
         assert_eq!(made.owner_graph(), graph.id());
     }
     for i in 0..3 * k {
@@ -105,7 +102,7 @@ fn assert_chain(graph: &Graph, k: usize, reversed: bool) {
         } else {
             vec![at(i - 1) as u32]
         };
-        assert_eq!(nodes[at(i)].deps, deps, "captured node {i}");
+        assert_eq!(nodes[at(i)].deps(), deps, "captured node {i}");
     }
 }
 
@@ -162,7 +159,7 @@ fn captured_graphs_read_back_into_the_record() {
     })
     .unwrap();
     let nodes = graph.nodes();
-    let kinds: Vec<String> = nodes.iter().map(|n| n.kind.to_string()).collect();
+    let kinds: Vec<String> = nodes.iter().map(|n| n.kind().to_string()).collect();
     assert_eq!(
         kinds,
         [
@@ -174,15 +171,15 @@ fn captured_graphs_read_back_into_the_record() {
         ]
     );
     assert_eq!(
-        allocation(&nodes[2]).id(),
+        allocation(&graph, &nodes[2]).id(),
         buf.id(),
         "the raw free frees buf"
     );
-    let other = allocation(&nodes[3]);
+    let other = allocation(&graph, &nodes[3]);
     assert_eq!((other.ptr(), other.bytes()), (raw_ptr, BYTES));
     assert_ne!(other.id(), buf.id());
     assert_eq!(
-        allocation(&nodes[4]).id(),
+        allocation(&graph, &nodes[4]).id(),
         other.id(),
         "the raw free frees it"
     );

@@ -392,7 +392,7 @@ fn to_dot_keeps_adversarial_labels_inside_their_strings() {
         .iter()
         .enumerate()
         .flat_map(|(i, n)| {
-            n.deps
+            n.deps()
                 .iter()
                 .map(move |&d| (format!("n{d}"), format!("n{i}")))
         })

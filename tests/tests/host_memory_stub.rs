@@ -568,7 +568,10 @@ fn graph_allocation_body() {
         .unwrap();
     for node in [h2d, d2h] {
         assert!(
-            graph.node(node).unwrap().uses.iter().any(|u| u.same(&a)),
+            graph
+                .record()
+                .allocations_of(graph.node(node).unwrap(), cuda_graph::MemRole::Use)
+                .any(|u| u.same(&a)),
             "the node records its use of the allocation"
         );
     }

@@ -1009,7 +1009,7 @@ fn memset_body() {
     for (what, node) in fits {
         let node = node.unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(
-            graph.node(node).unwrap().kind,
+            graph.node(node).unwrap().kind(),
             cuda_graph::NodeKind::Memset,
             "{what}"
         );
@@ -1146,7 +1146,7 @@ fn transfers_body() {
         Ok(y)
     })
     .unwrap();
-    let kinds: Vec<&NodeKind> = graph.nodes().iter().map(|n| &n.kind).collect();
+    let kinds: Vec<&NodeKind> = graph.nodes().iter().map(|n| n.kind()).collect();
     assert_eq!(
         kinds,
         [
@@ -1160,7 +1160,10 @@ fn transfers_body() {
     );
     for i in [1, 2] {
         assert!(
-            graph.nodes()[i].uses.iter().any(|u| u.same(&y)),
+            graph
+                .record()
+                .allocations_of(&graph.nodes()[i], cuda_graph::MemRole::Use)
+                .any(|u| u.same(&y)),
             "node {i} records its use of the allocation"
         );
     }

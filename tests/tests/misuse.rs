@@ -574,7 +574,7 @@ fn two_free_nodes_for_one_allocation() {
     let frees = graph
         .nodes()
         .iter()
-        .filter(|n| n.kind == NodeKind::MemFree)
+        .filter(|n| n.kind() == NodeKind::MemFree)
         .count();
     assert_eq!(frees, 1, "the refused free node is not in the record");
     let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
@@ -1300,7 +1300,7 @@ fn dropping_a_stream_allocation_while_its_stream_is_capturing() {
         Ok(())
     })
     .unwrap();
-    let kinds: Vec<_> = graph.nodes().iter().map(|n| n.kind.clone()).collect();
+    let kinds: Vec<_> = graph.nodes().iter().map(|n| n.kind().clone()).collect();
     println!("captured nodes: {kinds:?}");
     assert!(
         !kinds.contains(&NodeKind::MemFree),
@@ -1329,7 +1329,7 @@ fn dropping_a_stream_allocation_while_its_stream_is_capturing() {
         cap.join(&stream2)
     })
     .unwrap();
-    assert!(!graph.nodes().iter().any(|n| n.kind == NodeKind::MemFree));
+    assert!(!graph.nodes().iter().any(|n| n.kind() == NodeKind::MemFree));
     drop(graph);
     stream.synchronize().unwrap();
     stream2.synchronize().unwrap();

@@ -192,7 +192,7 @@ fn captured_graph_body() {
         Ok(a)
     })
     .unwrap();
-    let kinds: Vec<NodeKind> = graph.nodes().iter().map(|n| n.kind.clone()).collect();
+    let kinds: Vec<NodeKind> = graph.nodes().iter().map(|n| n.kind().clone()).collect();
     assert_eq!(kinds.len(), 5, "{kinds:?}");
 
     // The driver lists the captured nodes in the record's order.

@@ -9,7 +9,7 @@ mod safe_common;
 
 use cuda_graph::{
     AsStream, Capture, CaptureMode, CaptureStatus, DeviceBuffer, Error, InstantiateFlags,
-    KernelArgs, MemOp, NodeKind, Stream, capture,
+    KernelArgs, MemRole, NodeKind, Stream, capture,
 };
 use safe_common::{BYTES, N, assert_all, assert_iota, config, gpu, iota_sum};
 
@@ -68,29 +68,35 @@ fn g3_2_capture_with_fork_and_join() {
     assert_eq!(stream2.capture_status().unwrap(), CaptureStatus::None);
 
     let nodes = graph.nodes();
-    let count = |kind: &dyn Fn(&NodeKind) -> bool| nodes.iter().filter(|n| kind(&n.kind)).count();
+    let count = |kind: &dyn Fn(&NodeKind) -> bool| nodes.iter().filter(|n| kind(n.kind())).count();
     assert_eq!(count(&|k| *k == NodeKind::MemAlloc), 1, "{nodes:?}");
     assert_eq!(count(&|k| *k == NodeKind::MemFree), 1, "{nodes:?}");
     assert_eq!(count(&|k| matches!(k, NodeKind::Kernel(_))), 3, "{nodes:?}");
     let alloc = nodes
         .iter()
-        .position(|n| n.kind == NodeKind::MemAlloc)
+        .position(|n| n.kind() == NodeKind::MemAlloc)
         .unwrap();
     let free = nodes
         .iter()
-        .position(|n| n.kind == NodeKind::MemFree)
+        .position(|n| n.kind() == NodeKind::MemFree)
         .unwrap();
+    let record = graph.record();
+    let dptr_key = record.key_of(&dptr);
     assert!(
-        matches!(&nodes[alloc].mem[..], [MemOp::Alloc(a)] if a.same(&dptr)),
+        matches!(nodes[alloc].refs(), [(MemRole::Alloc, k)] if Some(*k) == dptr_key),
         "the alloc node is the captured allocation"
     );
-    assert!(matches!(&nodes[free].mem[..], [MemOp::Free(a)] if a.same(&dptr)));
+    assert!(matches!(nodes[free].refs(), [(MemRole::Free, k)] if Some(*k) == dptr_key));
     let users: Vec<usize> = (0..nodes.len())
-        .filter(|&i| nodes[i].uses.iter().any(|a| a.same(&dptr)))
+        .filter(|&i| {
+            record
+                .allocations_of(&nodes[i], MemRole::Use)
+                .any(|a| a.same(&dptr))
+        })
         .collect();
     assert_eq!(users.len(), 3, "A, B and C use the allocation: {nodes:?}");
     assert_eq!(
-        nodes[free].deps.len(),
+        nodes[free].deps().len(),
         2,
         "the free node depends on B and C: {nodes:?}"
     );
@@ -317,19 +323,21 @@ fn free_on_a_forked_stream_inside_a_capture() {
     let nodes = graph.nodes();
     let free = nodes
         .iter()
-        .position(|n| n.kind == NodeKind::MemFree)
+        .position(|n| n.kind() == NodeKind::MemFree)
         .expect("a free node");
-    assert!(matches!(&nodes[free].mem[..], [MemOp::Free(x)] if x.same(&a)));
+    assert!(
+        matches!(nodes[free].refs(), [(MemRole::Free, k)] if Some(*k) == graph.record().key_of(&a))
+    );
     let copy = nodes
         .iter()
         .position(|n| {
-            matches!(n.kind, NodeKind::Kernel(_))
-                && n.deps.len() == 1
-                && nodes[n.deps[0] as usize].kind != NodeKind::MemAlloc
+            matches!(n.kind(), NodeKind::Kernel(_))
+                && n.deps().len() == 1
+                && nodes[n.deps()[0] as usize].kind() != NodeKind::MemAlloc
         })
         .expect("the copy on stream 2");
     assert!(
-        nodes[free].deps.iter().any(|&d| d as usize == copy),
+        nodes[free].deps().iter().any(|&d| d as usize == copy),
         "the free node follows the read on stream 2: {nodes:?}"
     );
     graph.check().unwrap();

@@ -145,7 +145,10 @@ fn bodies_follow_the_lifetime_rules_and_hold_no_memory_nodes() {
             })
             .unwrap();
         assert!(
-            graph.nodes()[cond.index()].uses.iter().any(|u| u.same(&a)),
+            graph
+                .record()
+                .allocations_of(&graph.nodes()[cond.index()], cuda_graph::MemRole::Use)
+                .any(|u| u.same(&a)),
             "the conditional node records its body's use of the allocation"
         );
         let free_deps = if ordered { vec![cond] } else { vec![alloc] };

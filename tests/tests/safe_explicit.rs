@@ -82,10 +82,10 @@ fn g3_1_explicit_graph_and_node_e_refused() {
     }
     assert_eq!(graph.nodes().len(), 6);
     assert!(graph.has_memory_nodes());
-    assert_eq!(graph.node(alloc).unwrap().kind, NodeKind::MemAlloc);
-    assert_eq!(graph.node(free).unwrap().kind, NodeKind::MemFree);
+    assert_eq!(graph.node(alloc).unwrap().kind(), NodeKind::MemAlloc);
+    assert_eq!(graph.node(free).unwrap().kind(), NodeKind::MemFree);
     assert_eq!(
-        graph.node(free).unwrap().deps,
+        graph.node(free).unwrap().deps(),
         vec![b.index() as u32, c.index() as u32]
     );
     assert_eq!(graph.allocations().count(), 1);
@@ -264,10 +264,10 @@ fn memset_memcpy_empty_and_host_nodes() {
             counter.fetch_add(1, Ordering::SeqCst);
         })
         .unwrap();
-    assert_eq!(graph.node(host).unwrap().kind, NodeKind::Host);
-    assert_eq!(graph.node(empty).unwrap().kind, NodeKind::Empty);
-    assert_eq!(graph.node(memset).unwrap().kind, NodeKind::Memset);
-    assert_eq!(graph.node(copy_in).unwrap().kind, NodeKind::Memcpy);
+    assert_eq!(graph.node(host).unwrap().kind(), NodeKind::Host);
+    assert_eq!(graph.node(empty).unwrap().kind(), NodeKind::Empty);
+    assert_eq!(graph.node(memset).unwrap().kind(), NodeKind::Memset);
+    assert_eq!(graph.node(copy_in).unwrap().kind(), NodeKind::Memcpy);
     assert_eq!(graph.allocations().count(), 2);
 
     let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
@@ -353,7 +353,10 @@ fn child_graph_with_memory_nodes_moved_not_copied() {
         "{err}"
     );
     let plain_node = parent.add_child_graph_node(&[], &plain).unwrap();
-    assert_eq!(parent.node(plain_node).unwrap().kind, NodeKind::ChildGraph);
+    assert_eq!(
+        parent.node(plain_node).unwrap().kind(),
+        NodeKind::ChildGraph
+    );
 
     #[cfg(cuda_graph_child_move)]
     {
@@ -361,9 +364,9 @@ fn child_graph_with_memory_nodes_moved_not_copied() {
             .add_child_graph_node_moved(&[plain_node], child)
             .unwrap();
         let record = parent.node(moved).unwrap();
-        assert_eq!(record.kind, NodeKind::ChildGraph);
+        assert_eq!(record.kind(), NodeKind::ChildGraph);
         assert_eq!(
-            record.mem.len(),
+            record.refs().len(),
             2,
             "the child's alloc and free: {record:?}"
         );

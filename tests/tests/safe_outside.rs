@@ -177,12 +177,12 @@ fn g3_3_event_record_and_wait_nodes() {
     let record = alloc_graph
         .add_event_record_node(&[alloc_node], &alloc_event)
         .unwrap();
-    assert!(alloc_graph.node(record).unwrap().event.is_some());
+    assert!(alloc_graph.node(record).unwrap().event().is_some());
 
     let mut free_graph = Graph::new(device).unwrap();
     let use_done_node = free_graph.add_event_wait_node(&[], &use_done).unwrap();
     let alloc_ready = free_graph.add_event_wait_node(&[], &alloc_event).unwrap();
-    assert!(free_graph.node(alloc_ready).unwrap().event.is_some());
+    assert!(free_graph.node(alloc_ready).unwrap().event().is_some());
     // The guide's kernel node depends on the alloc-ready wait only; it also waits for the stream-2
     // user here so that its result can be checked.
     // SAFETY: add_u32 then copy_u32 on the N values of `dptr` (live: ordered after the

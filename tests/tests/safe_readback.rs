@@ -234,7 +234,7 @@ fn captured_graph_reads_back_what_was_captured() {
         .collect();
     let kinds: Vec<&NodeKind> = nodes
         .iter()
-        .map(|n| &graph.node(*n).unwrap().kind)
+        .map(|n| graph.node(*n).unwrap().kind())
         .collect();
     println!("captured nodes: {kinds:?}");
     assert_eq!(nodes.len(), 5, "{kinds:?}");

@@ -650,12 +650,12 @@ fn stream_dropped_during_a_capture_does_not_free_into_it() {
         Ok(graph) => graph
             .nodes()
             .iter()
-            .filter(|n| n.kind == NodeKind::MemFree)
+            .filter(|n| n.kind() == NodeKind::MemFree)
             .count(),
         Err(_) => 0,
     };
     let kinds: Vec<String> = match &end {
-        Ok(graph) => graph.nodes().iter().map(|n| n.kind.to_string()).collect(),
+        Ok(graph) => graph.nodes().iter().map(|n| n.kind().to_string()).collect(),
         Err(e) => vec![format!("capture failed: {e}")],
     };
     println!("status before end: {status:?}; captured: {kinds:?}");
@@ -849,7 +849,7 @@ fn refused_second_begin_once(gpu: &Gpu, run: u32) -> String {
     let outcome = match cap.end() {
         Err(err) => format!("the first capture ended in an error: {err}"),
         Ok(graph) => {
-            let kinds: Vec<String> = graph.nodes().iter().map(|n| n.kind.to_string()).collect();
+            let kinds: Vec<String> = graph.nodes().iter().map(|n| n.kind().to_string()).collect();
             let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
             exec.launch(&s).unwrap();
             s.synchronize().unwrap();

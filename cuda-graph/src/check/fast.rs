@@ -1,108 +1,40 @@
-//! The fast check: a graph in record order (every dependency earlier than its node) whose
+//! The fast check: a record in order (every dependency earlier than its node) whose
 //! allocations each live within 64 consecutive nodes (the nodes that allocate, use and free it
 //! lie in a stretch of 64), which is what chains of alloc → users → free look like. One forward
 //! pass gives every node its ancestors among the 64 nodes before it as a 64-bit set (a path
 //! between two nodes only passes through nodes between them); each rule is then a bit test.
-//! It only confirms: when a rule fails, or the graph is not of this shape, [`verify`] says no
+//! It only confirms: when a rule fails, or the record is not of this shape, [`verify`] says no
 //! and the general check runs, finds the violations and names them.
 
-use super::{AllocKey, Model};
-use crate::alloc::GraphAllocation;
-use crate::graph::{Graph, MemOp};
-use crate::int_hash::IdMap;
+use super::{AllocKey, Record};
+use crate::record::MemRole;
 
 /// The stretch of nodes, before a node, that its ancestor set covers.
 const W: usize = 64;
 
-/// What a node does to an allocation.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Ref {
-    Alloc,
-    Free,
-    Use,
-}
-
-/// Role bits: the graph allocates, frees or uses the allocation.
-pub(super) const ALLOCATES: u8 = 1;
-pub(super) const FREES: u8 = 2;
-pub(super) const USES: u8 = 4;
-
-/// A graph as the checks read it: the builder's record or a [`Model`].
-pub(super) trait View {
-    /// Names one allocation.
-    type Key: Copy;
-    /// A number unique to the allocation.
-    fn id(key: Self::Key) -> u64;
-    fn node_count(&self) -> usize;
-    /// Calls `f` with each dependency of `node`; `false` when one points nowhere.
-    fn each_dep(&self, node: usize, f: impl FnMut(usize)) -> bool;
-    /// Calls `f` with each allocation `node` allocates, frees or uses; `false` when one does
-    /// not exist.
-    fn each_ref(&self, node: usize, f: impl FnMut(Ref, Self::Key)) -> bool;
-    /// Whether another graph frees `key` too.
-    fn freed_elsewhere(&self, key: Self::Key) -> bool;
-}
-
 /// One allocation: the nodes that allocate, free and use it, as bits counted from `first`.
 #[derive(Clone, Copy)]
-struct Entry<K> {
-    key: K,
-    id: u64,
+struct Entry {
     first: usize,
     allocs: u64,
     frees: u64,
     users: u64,
 }
 
-/// Finds an allocation's entry by its id. Entries are made in the order the graph first names
-/// the allocations; while their ids rise with that order (allocations of the graph's own alloc
-/// nodes, made in order, have rising ids), an id above the newest is new and the others are
-/// found by binary search. From the first id out of order on, a hash map finds them.
-#[derive(Default)]
-struct Lookup {
-    unordered: bool,
-    map: IdMap<u64, usize>,
+impl Entry {
+    /// No node has named the allocation yet.
+    const UNSEEN: Entry = Entry {
+        first: usize::MAX,
+        allocs: 0,
+        frees: 0,
+        users: 0,
+    };
 }
 
-impl Lookup {
-    #[inline(always)]
-    fn find<K>(&self, entries: &[Entry<K>], id: u64) -> Option<usize> {
-        if self.unordered {
-            return self.map.get(&id).copied();
-        }
-        let newest = entries.last()?;
-        if id > newest.id {
-            return None;
-        }
-        if id == newest.id {
-            return Some(entries.len() - 1);
-        }
-        entries.binary_search_by_key(&id, |e| e.id).ok()
-    }
-
-    /// The newest entry was just added.
-    #[inline(always)]
-    fn added<K>(&mut self, entries: &[Entry<K>]) {
-        let newest = entries.len() - 1;
-        if self.unordered {
-            self.map.insert(entries[newest].id, newest);
-        } else if newest > 0 && entries[newest].id < entries[newest - 1].id {
-            self.unordered = true;
-            self.map = entries
-                .iter()
-                .enumerate()
-                .map(|(at, e)| (e.id, at))
-                .collect();
-        }
-    }
-}
-
-/// Whether `view` has the fast check's shape and breaks no rule (`check`), or only whether it
-/// has the shape (`!check`). When it says yes, it has called `role` with each allocation and
-/// its role bits, in the order the graph first names them; when it says no, it has called
-/// nothing.
-pub(super) fn verify<V: View>(view: &V, check: bool, mut role: impl FnMut(V::Key, u8)) -> bool {
-    let n = view.node_count();
+/// Whether `record` has the fast check's shape and breaks no rule.
+pub(super) fn verify(record: &Record) -> bool {
+    let nodes = record.nodes();
+    let n = nodes.len();
     // ancestors[i], bit b: node i - 1 - b is an ancestor of node i.
     let mut inline = [0u64; W];
     let mut heap = Vec::new();
@@ -112,15 +44,14 @@ pub(super) fn verify<V: View>(view: &V, check: bool, mut role: impl FnMut(V::Key
         heap.resize(n, 0);
         &mut heap
     };
-    let mut entries: Vec<Entry<V::Key>> = Vec::with_capacity(n / 2 + 1);
-    let mut lookup = Lookup::default();
-    for i in 0..n {
+    // By key: the record gives every allocation its key.
+    let mut entries = vec![Entry::UNSEEN; record.allocation_count()];
+    for (i, node) in nodes.iter().enumerate() {
         let mut set = 0u64;
-        let mut earlier = true;
-        let known = view.each_dep(i, |d| {
+        for &d in node.deps() {
+            let d = d as usize;
             if d >= i {
-                earlier = false;
-                return;
+                return false;
             }
             let distance = i - d;
             if distance <= W {
@@ -129,66 +60,40 @@ pub(super) fn verify<V: View>(view: &V, check: bool, mut role: impl FnMut(V::Key
             if distance < W {
                 set |= ancestors[d] << distance;
             }
-        });
-        if !(known && earlier) {
-            return false;
         }
         ancestors[i] = set;
-        let mut fits = true;
-        let known = view.each_ref(i, |what, key| {
-            let id = V::id(key);
-            let at = match lookup.find(&entries, id) {
-                Some(at) => at,
-                None => {
-                    entries.push(Entry {
-                        key,
-                        id,
-                        first: i,
-                        allocs: 0,
-                        frees: 0,
-                        users: 0,
-                    });
-                    lookup.added(&entries);
-                    entries.len() - 1
-                }
+        for &(role, key) in node.refs() {
+            let Some(e) = entries.get_mut(key.0) else {
+                return false;
             };
-            let e = &mut entries[at];
+            if e.first == usize::MAX {
+                e.first = i;
+            }
             let offset = i - e.first;
             if offset >= W {
-                fits = false;
-                return;
+                return false;
             }
-            let bits = match what {
-                Ref::Alloc => &mut e.allocs,
-                Ref::Free => &mut e.frees,
-                Ref::Use => &mut e.users,
+            let bits = match role {
+                MemRole::Alloc => &mut e.allocs,
+                MemRole::Free => &mut e.frees,
+                MemRole::Use => &mut e.users,
             };
             *bits |= 1 << offset;
-        });
-        if !(known && fits) {
-            return false;
         }
     }
-    let entries = entries.iter();
-    if check && !entries.clone().all(|e| obeys(view, e, ancestors)) {
-        return false;
-    }
-    for e in entries {
-        let bits = [(e.allocs, ALLOCATES), (e.frees, FREES), (e.users, USES)]
-            .iter()
-            .filter(|(nodes, _)| *nodes != 0)
-            .fold(0, |acc, (_, bit)| acc | bit);
-        role(e.key, bits);
-    }
-    true
+    entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.first != usize::MAX)
+        .all(|(k, e)| obeys(record, AllocKey(k), e, ancestors))
 }
 
 /// Rules 1 to 3 for one allocation.
-fn obeys<V: View>(view: &V, e: &Entry<V::Key>, ancestors: &[u64]) -> bool {
+fn obeys(record: &Record, key: AllocKey, e: &Entry, ancestors: &[u64]) -> bool {
     if e.allocs.count_ones() > 1 || e.frees.count_ones() > 1 {
         return false;
     }
-    if e.frees != 0 && view.freed_elsewhere(e.key) {
+    if e.frees != 0 && record.is_freed_elsewhere(key) {
         return false;
     }
     // Whether a path leads from node `first + from` to node `first + to` (offsets < 64).
@@ -220,102 +125,20 @@ fn bits(mut set: u64) -> impl Iterator<Item = usize> {
     })
 }
 
-/// A graph allocation of the record.
-#[derive(Clone, Copy)]
-pub(super) struct ById<'g>(pub(super) &'g GraphAllocation);
-
-impl<'g> View for &'g Graph {
-    type Key = ById<'g>;
-
-    fn id(key: ById<'g>) -> u64 {
-        key.0.id()
-    }
-
-    fn node_count(&self) -> usize {
-        self.nodes.len()
-    }
-
-    #[inline(always)]
-    fn each_dep(&self, node: usize, mut f: impl FnMut(usize)) -> bool {
-        self.nodes[node].deps.each(|&d| f(d as usize));
-        true
-    }
-
-    #[inline(always)]
-    fn each_ref(&self, node: usize, mut f: impl FnMut(Ref, ById<'g>)) -> bool {
-        let record = &self.nodes[node];
-        record.mem.each(|op| match op {
-            MemOp::Alloc(a) => f(Ref::Alloc, ById(a)),
-            MemOp::Free(a) => f(Ref::Free, ById(a)),
-        });
-        record.uses.each(|a| f(Ref::Use, ById(a)));
-        true
-    }
-
-    fn freed_elsewhere(&self, key: ById<'g>) -> bool {
-        key.0.freed_by_another_graph(self.id)
-    }
-}
-
-impl View for Model {
-    type Key = AllocKey;
-
-    fn id(key: AllocKey) -> u64 {
-        key.0 as u64
-    }
-
-    fn node_count(&self) -> usize {
-        self.nodes.len()
-    }
-
-    fn each_dep(&self, node: usize, mut f: impl FnMut(usize)) -> bool {
-        let n = self.nodes.len();
-        for &d in &self.nodes[node].deps {
-            if d >= n {
-                return false;
-            }
-            f(d);
-        }
-        true
-    }
-
-    fn each_ref(&self, node: usize, mut f: impl FnMut(Ref, AllocKey)) -> bool {
-        let keys = self.allocations.len();
-        let record = &self.nodes[node];
-        let lists = [
-            (Ref::Alloc, &record.allocs),
-            (Ref::Free, &record.frees),
-            (Ref::Use, &record.uses),
-        ];
-        for (what, list) in lists {
-            for &k in list {
-                if k.0 >= keys {
-                    return false;
-                }
-                f(what, k);
-            }
-        }
-        true
-    }
-
-    fn freed_elsewhere(&self, key: AllocKey) -> bool {
-        self.freed_elsewhere.contains(&key)
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::{Model, Pairs};
+    use super::super::{Pairs, Record};
     use super::verify;
-    use crate::graph::NodeKind;
+    use crate::inline_list::Few;
+    use crate::node_kind::NodeKind;
 
-    fn general_passes(m: &Model) -> bool {
-        Pairs::from_model(m).check().is_empty()
+    fn general_passes(m: &Record) -> bool {
+        Pairs::of(m).check().is_empty()
     }
 
     /// alloc → kernel → free, `k` times, each segment after the previous free.
-    fn chain(k: usize) -> Model {
-        let mut m = Model::new();
+    fn chain(k: usize) -> Record {
+        let mut m = Record::new();
         let mut prev: Vec<usize> = Vec::new();
         for _ in 0..k {
             let a = m.add_allocation("a");
@@ -332,42 +155,43 @@ mod tests {
 
     #[test]
     fn confirms_small_legal_graphs_and_declines_the_rest() {
-        assert!(verify(&chain(1), true, |_, _| {}));
-        assert!(verify(&chain(21), true, |_, _| {}));
+        assert!(verify(&chain(1)));
+        assert!(verify(&chain(21)));
         // Longer than one 64-bit set: each allocation still lives within 64 nodes.
-        assert!(verify(&chain(1000), true, |_, _| {}));
+        assert!(verify(&chain(1000)));
         // An allocation that lives across 70 nodes is not for the fast check.
         let mut m = chain(1);
         let last = (0..70).fold(2, |prev, _| m.add_node(NodeKind::Empty, &[prev]));
         let user = m.add_node(NodeKind::Kernel("k".into()), &[last]);
         m.uses(user, super::AllocKey(0));
-        assert!(!general_passes(&m) && !verify(&m, true, |_, _| {}));
+        assert!(!general_passes(&m) && !verify(&m));
         let mut m = chain(1);
-        m.nodes[2].deps = vec![1];
+        m.nodes[2].deps = Few::One(1);
         let free = 2;
-        m.nodes[free].frees.clear();
+        m.nodes[free].refs = Few::new();
         let late = (0..70).fold(free, |prev, _| m.add_node(NodeKind::Empty, &[prev]));
         let late_free = m.add_node(NodeKind::MemFree, &[late]);
         m.frees(late_free, super::AllocKey(0));
-        assert!(general_passes(&m) && !verify(&m, true, |_, _| {}));
+        assert!(general_passes(&m) && !verify(&m));
 
         // The kernel loses its edge from the alloc node: not ordered after it.
         let mut m = chain(2);
-        m.nodes[1].deps.clear();
-        assert!(!general_passes(&m) && !verify(&m, true, |_, _| {}));
-        // Without the check the roles still come back.
-        let mut roles = Vec::new();
-        assert!(verify(&m, false, |k, bits| roles.push((k.0, bits))));
-        assert_eq!(roles, vec![(0, 7), (1, 7)]);
+        m.nodes[1].deps = Few::new();
+        assert!(!general_passes(&m) && !verify(&m));
+        // The record keeps each allocation's roles whatever the order.
+        assert_eq!(
+            (m.roles(super::AllocKey(0)), m.roles(super::AllocKey(1))),
+            (7, 7)
+        );
 
         // A dependency on a later node: legal, but not in the record's order.
-        let mut m = Model::new();
+        let mut m = Record::new();
         let a = m.add_allocation("a");
         let kernel = m.add_node(NodeKind::Kernel("k".into()), &[1]);
         let alloc = m.add_node(NodeKind::MemAlloc, &[]);
         m.allocates(alloc, a);
         m.uses(kernel, a);
-        assert!(general_passes(&m) && !verify(&m, true, |_, _| {}));
+        assert!(general_passes(&m) && !verify(&m));
     }
 
     /// On random in-order graphs the answer is exactly the general check's, as long as every
@@ -391,7 +215,7 @@ mod tests {
                 1 + next(40)
             };
             let keys = if n > 40 { 1 + n / 3 } else { next(6) };
-            let mut m = Model::new();
+            let mut m = Record::new();
             for _ in 0..keys {
                 m.add_allocation("a");
             }
@@ -418,7 +242,7 @@ mod tests {
             if next(10) == 0 && keys > 0 {
                 m.set_freed_elsewhere(super::AllocKey(next(keys)));
             }
-            let fast = verify(&m, true, |_, _| {});
+            let fast = verify(&m);
             let general = general_passes(&m);
             assert!(
                 !fast || general,
@@ -439,7 +263,7 @@ mod tests {
         // Legal programs of up to 400 segments: each a chain alloc → users → free, with extra
         // edges between nearby nodes; the fast check confirms every one.
         for _ in 0..2_000 {
-            let mut m = Model::new();
+            let mut m = Record::new();
             let mut prev: Vec<usize> = Vec::new();
             for _ in 0..1 + next(400) {
                 let a = m.add_allocation("a");
@@ -459,11 +283,11 @@ mod tests {
             for _ in 0..next(m.nodes.len()) {
                 let to = next(m.nodes.len());
                 let from = to.saturating_sub(1 + next(8));
-                if from < to && !m.nodes[to].deps.contains(&from) {
-                    m.nodes[to].deps.push(from);
+                if from < to {
+                    m.add_edge(from, to);
                 }
             }
-            assert!(general_passes(&m) && verify(&m, true, |_, _| {}), "{m:?}");
+            assert!(general_passes(&m) && verify(&m), "{m:?}");
             confirmed += 1;
             large += usize::from(m.nodes.len() > 64);
         }
@@ -475,10 +299,10 @@ mod tests {
     }
 
     /// Whether some allocation's nodes are 64 or more positions apart.
-    fn spans_64(m: &Model) -> bool {
-        let mut span: Vec<(usize, usize)> = vec![(usize::MAX, 0); m.allocations.len()];
+    fn spans_64(m: &Record) -> bool {
+        let mut span: Vec<(usize, usize)> = vec![(usize::MAX, 0); m.allocation_count()];
         for (i, node) in m.nodes.iter().enumerate() {
-            for k in node.allocs.iter().chain(&node.frees).chain(&node.uses) {
+            for (_, k) in node.refs() {
                 let s = &mut span[k.0];
                 *s = (s.0.min(i), s.1.max(i));
             }

@@ -64,17 +64,16 @@
 //! the whole check is linear in nodes plus edges. The worst case, where every allocation spans
 //! the whole graph, is O(⌈A/64⌉ · (N + E)). Finding the offending path of a
 //! [`Rule::UseAfterFree`] costs O(N + E) per violation, on failure only. Memory: O(N + E + A).
-//! Naming the violations builds a [`Model`] of the record, on failure only.
-
-use crate::int_hash::IdMap;
+//! Naming the violations reads the record, on failure only.
 
 mod fast;
 
-use crate::alloc::GraphAllocation;
 use crate::error::{Error, Result};
-use crate::graph::{Graph, MemOp, NodeKind};
+use crate::graph::Graph;
+use crate::record::MemRole;
 
 pub use crate::lifetime_error::{AllocKey, LifetimeError, NodeRef, Rule, Violation};
+pub use crate::record::{NodeRecord, Record};
 
 impl Graph {
     /// Checks the lifetime rules on the record (no GPU needed); [`Graph::instantiate`] does it
@@ -86,217 +85,32 @@ impl Graph {
     /// [`Error::Lifetime`] with every violation found, when the record breaks a rule of
     /// [`crate::check`]. Nothing else: the check calls no driver.
     pub fn check(&self) -> Result<()> {
-        self.checked_roles().map(drop)
-    }
-
-    /// The check, and on success the allocations' roles, which instantiation needs too: one
-    /// pass over the record serves both.
-    pub(crate) fn checked_roles(&self) -> Result<Roles> {
-        let mut roles = Roles::default();
-        if fast::verify(&self, true, |key, bits| roles.add(key.0, bits)) {
-            return Ok(roles);
+        let record = &self.record;
+        if fast::verify(record) {
+            return Ok(());
         }
-        let (pairs, handles) = Pairs::from_record(self);
-        let roles = Roles::of(&pairs, &handles);
+        let pairs = Pairs::of(record);
         if pairs.frees.is_empty() && pairs.uses.is_empty() {
-            return Ok(roles);
+            return Ok(());
         }
         let found = pairs.check();
         if found.is_empty() {
-            return Ok(roles);
+            return Ok(());
         }
-        // Only now, on the error path, the model that names the nodes.
-        let (model, handles) = self.record_model(false);
-        let mut violations = name(&model, found);
-        for v in &mut violations {
-            if let Some(a) = v.key.and_then(|k| handles.get(k.0)) {
-                v.allocation = a.to_string();
-            }
-        }
-        Err(Error::Lifetime(LifetimeError { violations }))
-    }
-
-    /// The allocations' roles without the check (for `instantiate_unchecked`).
-    pub(crate) fn roles(&self) -> Roles {
-        let mut roles = Roles::default();
-        if fast::verify(&self, false, |key, bits| roles.add(key.0, bits)) {
-            return roles;
-        }
-        let (pairs, handles) = Pairs::from_record(self);
-        Roles::of(&pairs, &handles)
-    }
-
-    /// The record as a [`Model`]: what the checks see. Allocations get keys in the order the
-    /// record first mentions them.
-    #[must_use]
-    pub fn model(&self) -> Model {
-        self.record_model(true).0
-    }
-
-    /// The model, and the allocation behind each key. Descriptions are left empty unless
-    /// `describe` (formatting them costs more than the check of a chain).
-    fn record_model(&self, describe: bool) -> (Model, Vec<GraphAllocation>) {
-        let mut model = Model::new();
-        model.nodes.reserve(self.nodes.len());
-        let mut keys: IdMap<u64, AllocKey> = IdMap::default();
-        let mut handles: Vec<GraphAllocation> = Vec::new();
-        let mut key = |model: &mut Model, a: &GraphAllocation| {
-            *keys.entry(a.id()).or_insert_with(|| {
-                handles.push(a.clone());
-                model.add_allocation(if describe {
-                    a.to_string()
-                } else {
-                    String::new()
-                })
-            })
-        };
-        for node in &self.nodes {
-            model.nodes.push(ModelNode {
-                kind: node.kind.clone(),
-                label: node.label.clone(),
-                deps: node.deps.iter().map(|&d| d as usize).collect(),
-                allocs: Vec::new(),
-                frees: Vec::new(),
-                uses: Vec::new(),
-            });
-            let i = model.nodes.len() - 1;
-            for op in &node.mem {
-                match op {
-                    MemOp::Alloc(a) => {
-                        let k = key(&mut model, a);
-                        model.allocates(i, k);
-                    }
-                    MemOp::Free(a) => {
-                        let k = key(&mut model, a);
-                        model.frees(i, k);
-                        if a.freed_by_another_graph(self.id) && !model.freed_elsewhere.contains(&k)
-                        {
-                            model.set_freed_elsewhere(k);
-                        }
-                    }
-                }
-            }
-            for a in &node.uses {
-                let k = key(&mut model, a);
-                model.uses(i, k);
-            }
-        }
-        (model, handles)
+        Err(Error::Lifetime(LifetimeError {
+            violations: name(record, found),
+        }))
     }
 }
 
-/// One node of a [`Model`].
-#[derive(Debug, Clone)]
-pub struct ModelNode {
-    /// What the node does.
-    pub kind: NodeKind,
-    /// The user's label.
-    pub label: Option<String>,
-    /// Positions of the nodes it depends on.
-    pub deps: Vec<usize>,
-    /// Allocations it allocates.
-    pub allocs: Vec<AllocKey>,
-    /// Allocations it frees.
-    pub frees: Vec<AllocKey>,
-    /// Allocations it uses.
-    pub uses: Vec<AllocKey>,
-}
-
-/// What the checks read: nodes, edges, and which node allocates, frees or uses which
-/// allocation. [`Graph::model`] makes one from a graph's record; tests and tools can build one
-/// directly, without a GPU.
-///
-/// Anything can be written into the public fields: [`check_model`] never panics on a model, and
-/// reports keys and dependencies that point nowhere as violations.
-#[derive(Debug, Clone, Default)]
-pub struct Model {
-    /// The nodes, in the order added; dependencies point to earlier or later positions.
-    pub nodes: Vec<ModelNode>,
-    /// Each allocation's description, by key.
-    pub allocations: Vec<String>,
-    /// Allocations that another graph also frees.
-    pub freed_elsewhere: Vec<AllocKey>,
-}
-
-impl Model {
-    /// An empty model.
-    #[must_use]
-    pub fn new() -> Model {
-        Model::default()
+/// Checks a record against the rules; returns every violation, ordered by node, then rule.
+/// Cost: see [the module](crate::check#cost).
+#[must_use]
+pub fn check_record(record: &Record) -> Vec<Violation> {
+    if fast::verify(record) {
+        return Vec::new();
     }
-
-    /// Adds an allocation described as `description` (`"allocation 'buf'"`).
-    pub fn add_allocation(&mut self, description: impl Into<String>) -> AllocKey {
-        self.allocations.push(description.into());
-        AllocKey(self.allocations.len() - 1)
-    }
-
-    /// Adds a node after `deps`; returns its position.
-    pub fn add_node(&mut self, kind: NodeKind, deps: &[usize]) -> usize {
-        self.nodes.push(ModelNode {
-            kind,
-            label: None,
-            deps: deps.to_vec(),
-            allocs: Vec::new(),
-            frees: Vec::new(),
-            uses: Vec::new(),
-        });
-        self.nodes.len() - 1
-    }
-
-    /// Adds the edge `from → to`.
-    ///
-    /// # Panics
-    ///
-    /// If `to` is not a node of the model.
-    pub fn add_edge(&mut self, from: usize, to: usize) {
-        if !self.nodes[to].deps.contains(&from) {
-            self.nodes[to].deps.push(from);
-        }
-    }
-
-    /// Labels a node.
-    ///
-    /// # Panics
-    ///
-    /// If `node` is not a node of the model.
-    pub fn set_label(&mut self, node: usize, label: impl Into<String>) {
-        self.nodes[node].label = Some(label.into());
-    }
-
-    /// `node` allocates `allocation`.
-    ///
-    /// # Panics
-    ///
-    /// If `node` is not a node of the model.
-    pub fn allocates(&mut self, node: usize, allocation: AllocKey) {
-        self.nodes[node].allocs.push(allocation);
-    }
-
-    /// `node` frees `allocation`.
-    ///
-    /// # Panics
-    ///
-    /// If `node` is not a node of the model.
-    pub fn frees(&mut self, node: usize, allocation: AllocKey) {
-        self.nodes[node].frees.push(allocation);
-    }
-
-    /// `node` uses `allocation`.
-    ///
-    /// # Panics
-    ///
-    /// If `node` is not a node of the model.
-    pub fn uses(&mut self, node: usize, allocation: AllocKey) {
-        if !self.nodes[node].uses.contains(&allocation) {
-            self.nodes[node].uses.push(allocation);
-        }
-    }
-
-    /// Another graph frees `allocation` too.
-    pub fn set_freed_elsewhere(&mut self, allocation: AllocKey) {
-        self.freed_elsewhere.push(allocation);
-    }
+    name(record, Pairs::of(record).check())
 }
 
 /// No node, no position.
@@ -363,16 +177,6 @@ impl Rows {
     }
 }
 
-/// Checks a model against the rules; returns every violation, ordered by node, then rule.
-/// Cost: see [the module](crate::check#cost).
-#[must_use]
-pub fn check_model(model: &Model) -> Vec<Violation> {
-    if fast::verify(model, true, |_, _| {}) {
-        return Vec::new();
-    }
-    name(model, Pairs::from_model(model).check())
-}
-
 /// What the checks need, as (row, item) pairs: edges (node, dependency) and allocation
 /// references (key, node), with the violations found while gathering them.
 struct Pairs {
@@ -387,113 +191,51 @@ struct Pairs {
 }
 
 impl Pairs {
-    fn new(nodes: usize) -> Pairs {
-        Pairs {
-            nodes,
-            keys: 0,
-            edges: Vec::with_capacity(nodes),
+    /// The pairs of `record`, with the dependencies and keys that point nowhere as violations.
+    fn of(record: &Record) -> Pairs {
+        let nodes = record.nodes();
+        let n = nodes.len();
+        let keys = record.allocation_count();
+        let mut pairs = Pairs {
+            nodes: n,
+            keys,
+            edges: Vec::with_capacity(n),
             allocs: Vec::new(),
             frees: Vec::new(),
-            uses: Vec::with_capacity(nodes),
-            elsewhere: Vec::new(),
+            uses: Vec::with_capacity(n),
+            elsewhere: (0..keys)
+                .map(|k| record.is_freed_elsewhere(AllocKey(k)))
+                .collect(),
             found: Vec::new(),
-        }
-    }
-
-    fn from_model(model: &Model) -> Pairs {
-        let n = model.nodes.len();
-        let mut pairs = Pairs::new(n);
-        pairs.keys = model.allocations.len();
-        for (i, node) in model.nodes.iter().enumerate() {
-            for &d in &node.deps {
-                if d < n {
-                    pairs.edges.push((i as u32, d as u32));
+        };
+        for (i, node) in nodes.iter().enumerate() {
+            for &d in node.deps() {
+                if (d as usize) < n {
+                    pairs.edges.push((i as u32, d));
                 } else {
                     let mut v = Found::new(Rule::UnknownDependency, i, None, None);
-                    v.offending = Some((d, i));
+                    v.offending = Some((d as usize, i));
                     pairs.found.push(v);
                 }
             }
-            for (list, which) in [(&node.allocs, 0), (&node.frees, 1), (&node.uses, 2)] {
-                for (j, k) in list.iter().enumerate() {
-                    if list[..j].contains(k) {
-                        continue;
-                    }
-                    if k.0 < pairs.keys {
-                        pairs.list(which).push((k.0 as u32, i as u32));
-                    } else {
-                        pairs
-                            .found
-                            .push(Found::new(Rule::UnknownAllocation, i, Some(k.0), None));
-                    }
+            // The record holds each (role, key) of a node once.
+            for &(role, k) in node.refs() {
+                if k.0 < keys {
+                    pairs.list(role).push((k.0 as u32, i as u32));
+                } else {
+                    let v = Found::new(Rule::UnknownAllocation, i, Some(k.0), None);
+                    pairs.found.push(v);
                 }
-            }
-        }
-        pairs.elsewhere = vec![false; pairs.keys];
-        for k in &model.freed_elsewhere {
-            if let Some(e) = pairs.elsewhere.get_mut(k.0) {
-                *e = true;
             }
         }
         pairs
     }
 
-    /// The same pairs as `Pairs::from_model(&graph.model())`, read from the record without
-    /// building the model (keys in the order the record first mentions the allocations), and
-    /// the allocation of each key.
-    fn from_record<'g>(graph: &'g Graph) -> (Pairs, Vec<&'g GraphAllocation>) {
-        let mut pairs = Pairs::new(graph.nodes.len());
-        let mut keys: IdMap<u64, u32> =
-            IdMap::with_capacity_and_hasher(graph.nodes.len(), Default::default());
-        let mut handles = Vec::new();
-        for (i, node) in graph.nodes.iter().enumerate() {
-            let i = i as u32;
-            pairs.edges.extend(node.deps.iter().map(|&d| (i, d)));
-            let mut key = |pairs: &mut Pairs, a: &'g GraphAllocation| {
-                *keys.entry(a.id()).or_insert_with(|| {
-                    pairs.keys += 1;
-                    pairs.elsewhere.push(false);
-                    handles.push(a);
-                    pairs.keys as u32 - 1
-                })
-            };
-            // This node's pairs so far, to skip an allocation it names twice.
-            let (first_alloc, first_free) = (pairs.allocs.len(), pairs.frees.len());
-            for op in &node.mem {
-                match op {
-                    MemOp::Alloc(a) => {
-                        let k = key(&mut pairs, a);
-                        if !pairs.allocs[first_alloc..].contains(&(k, i)) {
-                            pairs.allocs.push((k, i));
-                        }
-                    }
-                    MemOp::Free(a) => {
-                        let k = key(&mut pairs, a);
-                        if a.freed_by_another_graph(graph.id) {
-                            pairs.elsewhere[k as usize] = true;
-                        }
-                        if !pairs.frees[first_free..].contains(&(k, i)) {
-                            pairs.frees.push((k, i));
-                        }
-                    }
-                }
-            }
-            let first_use = pairs.uses.len();
-            for a in &node.uses {
-                let k = key(&mut pairs, a);
-                if !pairs.uses[first_use..].contains(&(k, i)) {
-                    pairs.uses.push((k, i));
-                }
-            }
-        }
-        (pairs, handles)
-    }
-
-    fn list(&mut self, which: usize) -> &mut Vec<(u32, u32)> {
-        match which {
-            0 => &mut self.allocs,
-            1 => &mut self.frees,
-            _ => &mut self.uses,
+    fn list(&mut self, role: MemRole) -> &mut Vec<(u32, u32)> {
+        match role {
+            MemRole::Alloc => &mut self.allocs,
+            MemRole::Free => &mut self.frees,
+            MemRole::Use => &mut self.uses,
         }
     }
 
@@ -543,52 +285,8 @@ impl Pairs {
     }
 }
 
-/// The allocations an executable graph must track, by their role in its graph.
-#[derive(Debug, Default)]
-pub(crate) struct Roles {
-    /// Allocated by the graph and not freed by it: live after a launch.
-    pub(crate) unfreed: Vec<GraphAllocation>,
-    /// Allocated elsewhere and freed by the graph.
-    pub(crate) foreign_frees: Vec<GraphAllocation>,
-    /// Allocated elsewhere and used, not freed, by the graph.
-    pub(crate) foreign_uses: Vec<GraphAllocation>,
-}
-
-impl Roles {
-    fn of(pairs: &Pairs, handles: &[&GraphAllocation]) -> Roles {
-        let mut role = vec![0u8; pairs.keys];
-        let lists = [
-            (&pairs.allocs, fast::ALLOCATES),
-            (&pairs.frees, fast::FREES),
-            (&pairs.uses, fast::USES),
-        ];
-        for (list, bit) in lists {
-            for &(k, _) in list.iter() {
-                role[k as usize] |= bit;
-            }
-        }
-        let mut roles = Roles::default();
-        for (&bits, &a) in role.iter().zip(handles) {
-            roles.add(a, bits);
-        }
-        roles
-    }
-
-    /// Files `allocation` by what the graph does to it (`fast::ALLOCATES | ...`).
-    fn add(&mut self, allocation: &GraphAllocation, bits: u8) {
-        use fast::{ALLOCATES, FREES, USES};
-        let list = match bits & (ALLOCATES | FREES) {
-            ALLOCATES => &mut self.unfreed,
-            FREES => &mut self.foreign_frees,
-            0 if bits == USES => &mut self.foreign_uses,
-            _ => return,
-        };
-        list.push(allocation.clone());
-    }
-}
-
 /// Sorts, deduplicates and names the violations.
-fn name(model: &Model, mut found: Vec<Found>) -> Vec<Violation> {
+fn name(record: &Record, mut found: Vec<Found>) -> Vec<Violation> {
     found.sort_by(|a, b| {
         (a.node, a.rule, a.key, a.other, a.offending).cmp(&(
             b.node,
@@ -599,7 +297,7 @@ fn name(model: &Model, mut found: Vec<Found>) -> Vec<Violation> {
         ))
     });
     found.dedup();
-    let nodes = &model.nodes;
+    let nodes = record.nodes();
     let name = |i: u32| NodeRef {
         index: i as usize,
         kind: nodes[i as usize].kind.clone(),
@@ -609,13 +307,9 @@ fn name(model: &Model, mut found: Vec<Found>) -> Vec<Violation> {
         .into_iter()
         .map(|v| Violation {
             rule: v.rule,
-            allocation: match v.key {
-                Some(k) => match model.allocations.get(k) {
-                    Some(description) => description.clone(),
-                    None => format!("allocation key #{k}"),
-                },
-                None => String::new(),
-            },
+            allocation: v
+                .key
+                .map_or_else(String::new, |k| record.describe(AllocKey(k))),
             key: v.key.map(AllocKey),
             node: name(v.node),
             other: v.other.map(name),
@@ -954,11 +648,12 @@ fn find_cycle(pos: &[u32], deps: &Rows) -> Found {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node_kind::NodeKind;
 
     /// G.3.1: alloc → a → {b, c}; free after b and c; d after c (uses after free); e alone.
     #[test]
     fn guide_g3_1_nodes_d_and_e_are_caught() {
-        let mut m = Model::new();
+        let mut m = Record::new();
         let buf = m.add_allocation("allocation 'buf'");
         let alloc = m.add_node(NodeKind::MemAlloc, &[]);
         m.allocates(alloc, buf);
@@ -971,7 +666,7 @@ mod tests {
         }
         let free = m.add_node(NodeKind::MemFree, &[b, c]);
         m.frees(free, buf);
-        assert!(check_model(&m).is_empty(), "{:?}", check_model(&m));
+        assert!(check_record(&m).is_empty(), "{:?}", check_record(&m));
 
         let d = m.add_node(kernel(), &[c]);
         m.set_label(d, "d");
@@ -979,7 +674,7 @@ mod tests {
         let e = m.add_node(kernel(), &[]);
         m.set_label(e, "e");
         m.uses(e, buf);
-        let v = check_model(&m);
+        let v = check_record(&m);
         let rules: Vec<_> = v.iter().map(|v| (v.node.index, v.rule)).collect();
         assert_eq!(
             rules,
@@ -995,13 +690,13 @@ mod tests {
     /// The walk in `find_cycle` follows a dependency among the unordered nodes each time.
     #[test]
     fn cycle_is_reported_in_edge_order_from_its_lowest_node() {
-        let mut m = Model::new();
+        let mut m = Record::new();
         let x = m.add_node(NodeKind::Empty, &[]);
         let a = m.add_node(NodeKind::Empty, &[x]);
         let b = m.add_node(NodeKind::Empty, &[a]);
         let c = m.add_node(NodeKind::Empty, &[b]);
         m.add_edge(c, a);
-        let v = check_model(&m);
+        let v = check_record(&m);
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].rule, Rule::Cycle);
         let path: Vec<usize> = v[0].path.iter().map(|n| n.index).collect();

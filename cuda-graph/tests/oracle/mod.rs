@@ -1,11 +1,12 @@
-//! The brute-force oracle that the property tests and the fuzz target compare `check_model`
+//! The brute-force oracle that the property tests and the fuzz target compare `check_record`
 //! with: reachability by a search from every node, and the rules of `cuda_graph::check` applied
 //! as its documentation states them, one allocation and one pair of nodes at a time. Included by
-//! `check_properties.rs` (`mod oracle;`) and by `fuzz/fuzz_targets/check_model.rs` (`#[path]`).
+//! `check_properties.rs` (`mod oracle;`) and by `fuzz/fuzz_targets/check_record.rs` (`#[path]`).
 
 use std::collections::BTreeSet;
 
-use cuda_graph::check::{AllocKey, Model, Rule, Violation};
+use cuda_graph::MemRole;
+use cuda_graph::check::{AllocKey, Record, Rule, Violation};
 
 /// Reachability by brute force: `reach[i][j]` when a path of one or more edges leads from `i` to
 /// `j`, found by a depth-first search from every node.
@@ -16,11 +17,12 @@ pub struct Oracle {
 }
 
 impl Oracle {
-    pub fn new(m: &Model) -> Oracle {
-        let n = m.nodes.len();
+    pub fn new(m: &Record) -> Oracle {
+        let n = m.nodes().len();
         let mut children = vec![Vec::new(); n];
-        for (i, node) in m.nodes.iter().enumerate() {
-            for &d in &node.deps {
+        for (i, node) in m.nodes().iter().enumerate() {
+            for &d in node.deps() {
+                let d = d as usize;
                 if d < n {
                     children[d].push(i);
                 }
@@ -82,34 +84,34 @@ pub type Row = (
 );
 
 /// The rules, applied one by one with the oracle's reachability.
-pub fn expected(m: &Model, o: &Oracle) -> BTreeSet<Row> {
-    let n = m.nodes.len();
-    let keys = m.allocations.len();
+pub fn expected(m: &Record, o: &Oracle) -> BTreeSet<Row> {
+    let n = m.nodes().len();
+    let keys = m.allocation_count();
     let mut rows = BTreeSet::new();
     let (mut allocs, mut frees, mut users) = (
         vec![BTreeSet::new(); keys],
         vec![BTreeSet::new(); keys],
         vec![BTreeSet::new(); keys],
     );
-    for (i, node) in m.nodes.iter().enumerate() {
-        for &d in &node.deps {
+    for (i, node) in m.nodes().iter().enumerate() {
+        for &d in node.deps() {
+            let d = d as usize;
             if d >= n {
                 rows.insert((i, Rule::UnknownDependency, None, None, Some((d, i))));
             }
         }
-        for (list, sets) in [
-            (&node.allocs, &mut allocs),
-            (&node.frees, &mut frees),
-            (&node.uses, &mut users),
-        ] {
-            for k in list {
-                match sets.get_mut(k.0) {
-                    Some(set) => {
-                        set.insert(i);
-                    }
-                    None => {
-                        rows.insert((i, Rule::UnknownAllocation, Some(k.0), None, None));
-                    }
+        for &(role, k) in node.refs() {
+            let sets = match role {
+                MemRole::Alloc => &mut allocs,
+                MemRole::Free => &mut frees,
+                MemRole::Use => &mut users,
+            };
+            match sets.get_mut(k.0) {
+                Some(set) => {
+                    set.insert(i);
+                }
+                None => {
+                    rows.insert((i, Rule::UnknownAllocation, Some(k.0), None, None));
                 }
             }
         }
@@ -125,7 +127,7 @@ pub fn expected(m: &Model, o: &Oracle) -> BTreeSet<Row> {
             rows.insert((again, Rule::FreedTwice, Some(k), f, None));
         }
         if let Some(f) = f {
-            if m.freed_elsewhere.contains(&AllocKey(k)) {
+            if m.is_freed_elsewhere(AllocKey(k)) {
                 rows.insert((f, Rule::FreedByTwoGraphs, Some(k), None, None));
             }
         }

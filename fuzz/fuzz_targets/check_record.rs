@@ -1,20 +1,20 @@
 //! Fuzz target: random bytes are read as a sequence of builder operations on a
-//! `cuda_graph::check::Model` (add a node after some dependencies; allocate, free or use an
+//! `cuda_graph::check::Record` (add a node after some dependencies; allocate, free or use an
 //! allocation; add an edge, which may close a cycle; mark an allocation freed by another graph;
-//! refer to nodes and allocations that do not exist), and `check_model`'s answer is compared
+//! refer to nodes and allocations that do not exist), and `check_record`'s answer is compared
 //! with a brute-force oracle: reachability by a search from every node, and the rules of
 //! `cuda_graph::check` applied as its documentation states them, one allocation and one pair of
 //! nodes at a time. The structure of each violation is checked too (the missing edge, the
 //! offending path and edge, the cycle), as is the order and uniqueness of the list.
 //!
-//! No GPU is needed. Run from `fuzz/`: `cargo fuzz run check_model -- -max_total_time=600`.
+//! No GPU is needed. Run from `fuzz/`: `cargo fuzz run check_record -- -max_total_time=600`.
 
 #![no_main]
 
 use std::collections::BTreeSet;
 
 use cuda_graph::NodeKind;
-use cuda_graph::check::{AllocKey, Model, Rule, check_model};
+use cuda_graph::check::{AllocKey, Record, Rule, check_record};
 use libfuzzer_sys::fuzz_target;
 
 /// Bounds that keep the oracle (quadratic in nodes) fast.
@@ -68,12 +68,12 @@ fn kernel() -> NodeKind {
 }
 
 /// Interprets the bytes as builder operations.
-fn build(data: &[u8]) -> Model {
-    let mut m = Model::new();
+fn build(data: &[u8]) -> Record {
+    let mut m = Record::new();
     let mut input = Bytes { data, at: 0 };
     while let Some(op) = input.next() {
-        let n = m.nodes.len();
-        let keys = m.allocations.len();
+        let n = m.nodes().len();
+        let keys = m.allocation_count();
         match op % 10 {
             // An empty or kernel node after some dependencies.
             0 | 1 if n < MAX_NODES => {
@@ -143,11 +143,11 @@ fn build(data: &[u8]) -> Model {
                 let b = input.byte();
                 m.set_freed_elsewhere(key(b, keys));
             }
-            // A dependency on a node that does not exist, written straight into the record.
+            // A dependency on a node that does not exist.
             9 => {
                 let (a, b) = (input.byte(), input.byte());
                 if let Some(i) = position(a, n, false) {
-                    m.nodes[i].deps.push(n + b as usize % 3);
+                    m.add_edge(n + b as usize % 3, i);
                 }
             }
             _ => {}
@@ -160,9 +160,9 @@ fn build(data: &[u8]) -> Model {
 mod oracle;
 use oracle::{Oracle, expected, row};
 
-/// `check_model` against the oracle; `Err` says how they differ.
-fn compare(m: &Model) -> Result<(), String> {
-    let got = check_model(m);
+/// `check_record` against the oracle; `Err` says how they differ.
+fn compare(m: &Record) -> Result<(), String> {
+    let got = check_record(m);
     let o = Oracle::new(m);
     let mut cycles = 0;
     let mut rows = BTreeSet::new();
@@ -238,7 +238,7 @@ fn compare(m: &Model) -> Result<(), String> {
         let extra: Vec<_> = rows.difference(&want).collect();
         return Err(format!("missing {missing:?}, unexpected {extra:?}"));
     }
-    if check_model(m) != got {
+    if check_record(m) != got {
         return Err("two checks of one model differ".into());
     }
     Ok(())
@@ -247,9 +247,9 @@ fn compare(m: &Model) -> Result<(), String> {
 fuzz_target!(|data: &[u8]| {
     let model = build(data);
     if let Err(why) = compare(&model) {
-        let got: Vec<String> = check_model(&model).iter().map(|v| v.to_string()).collect();
+        let got: Vec<String> = check_record(&model).iter().map(|v| v.to_string()).collect();
         panic!(
-            "check_model disagrees with the oracle: {why}\nviolations: {got:#?}\nmodel: {model:#?}"
+            "check_record disagrees with the oracle: {why}\nviolations: {got:#?}\nrecord: {model:#?}"
         );
     }
 });

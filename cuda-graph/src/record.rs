@@ -1,0 +1,428 @@
+//! The record of a graph: its nodes in the order added, their dependencies, and which node
+//! allocates, frees or uses which graph allocation. Each allocation gets a graph-local
+//! [`AllocKey`] when a node of the record first names it, and nodes refer to allocations by
+//! key. The builder ([`Graph`](crate::Graph)'s `add_*` methods), the capture read-back and
+//! moved child graphs write a graph's record; the lifetime checks ([`crate::check`]), DOT
+//! output, instantiation, update and read-back read it.
+//!
+//! A record built by hand ([`Record::new`]) needs no GPU: its allocations are descriptions,
+//! and tests and tools write into it what they want to check, dependencies and keys that point
+//! nowhere included: [`check_record`](crate::check::check_record) reports those as violations
+//! and never panics on a record.
+
+use std::fmt;
+
+use crate::alloc::GraphAllocation;
+use crate::event::Event;
+use crate::inline_list::Few;
+use crate::int_hash::IdMap;
+use crate::node_kind::NodeKind;
+use crate::sys;
+
+pub use crate::lifetime_error::AllocKey;
+
+/// What a node does to an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MemRole {
+    /// Allocates it: an alloc node, or a moved child graph that holds one.
+    Alloc,
+    /// Frees it.
+    Free,
+    /// Reads or writes it: kernel arguments passed with
+    /// [`KernelArgs::ptr`](crate::KernelArgs::ptr), memset and memcpy operands, the uses of a
+    /// child graph or of a conditional node's bodies.
+    Use,
+}
+
+/// Role bits: the record allocates, frees or uses an allocation.
+pub(crate) const ALLOCATES: u8 = 1;
+pub(crate) const FREES: u8 = 2;
+pub(crate) const USES: u8 = 4;
+
+impl MemRole {
+    /// The role's bit among [`ALLOCATES`], [`FREES`] and [`USES`].
+    #[inline]
+    pub(crate) const fn bit(self) -> u8 {
+        match self {
+            MemRole::Alloc => ALLOCATES,
+            MemRole::Free => FREES,
+            MemRole::Use => USES,
+        }
+    }
+}
+
+/// One node of a [`Record`].
+#[derive(Clone, Debug)]
+pub struct NodeRecord {
+    /// The driver's node; null in a record built by hand.
+    pub(crate) raw: sys::CUgraphNode,
+    pub(crate) kind: NodeKind,
+    pub(crate) label: Option<String>,
+    /// Positions of the nodes it depends on.
+    pub(crate) deps: Few<u32>,
+    /// The allocations it allocates, frees or uses, each (role, key) once.
+    pub(crate) refs: Few<(MemRole, AllocKey)>,
+    /// The event an event record or event wait node records or waits for.
+    pub(crate) event: Option<Event>,
+}
+
+impl NodeRecord {
+    fn new(raw: sys::CUgraphNode, kind: NodeKind, deps: Few<u32>) -> NodeRecord {
+        NodeRecord {
+            raw,
+            kind,
+            label: None,
+            deps,
+            refs: Few::new(),
+            event: None,
+        }
+    }
+
+    /// What the node does.
+    #[must_use]
+    pub fn kind(&self) -> &NodeKind {
+        &self.kind
+    }
+
+    /// The user's name for it, if any.
+    #[must_use]
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
+    /// Positions of the nodes it depends on, in the order the edges were added.
+    #[must_use]
+    pub fn deps(&self) -> &[u32] {
+        &self.deps
+    }
+
+    /// The allocations it allocates, frees or uses, by key, in the order recorded.
+    #[must_use]
+    pub fn refs(&self) -> &[(MemRole, AllocKey)] {
+        &self.refs
+    }
+
+    /// The keys of the allocations it has `role` for.
+    pub fn keys(&self, role: MemRole) -> impl Iterator<Item = AllocKey> + '_ {
+        self.refs
+            .iter()
+            .filter(move |(r, _)| *r == role)
+            .map(|&(_, k)| k)
+    }
+
+    /// The event an event record or event wait node records or waits for.
+    #[must_use]
+    pub fn event(&self) -> Option<&Event> {
+        self.event.as_ref()
+    }
+}
+
+/// One allocation of a [`Record`], by its key.
+#[derive(Clone, Debug)]
+struct Entry {
+    /// The allocation; `None` in a record built by hand.
+    handle: Option<GraphAllocation>,
+    /// What a record built by hand calls it.
+    description: String,
+    /// Set by hand: another graph frees it too.
+    freed_elsewhere: bool,
+    /// What the record does to it: [`ALLOCATES`], [`FREES`], [`USES`].
+    roles: u8,
+}
+
+/// A graph's nodes, edges and the allocations they allocate, free and use: what the lifetime
+/// checks read. [`Graph::record`](crate::Graph::record) is a graph's; [`Record::new`] starts
+/// one by hand, for checks without a GPU.
+///
+/// ```
+/// use cuda_graph::check::{Record, Rule, check_record};
+/// use cuda_graph::NodeKind;
+///
+/// // G.3.1's graph without its last edge: kernel d runs unordered with the free node.
+/// let mut record = Record::new();
+/// let a = record.add_allocation("allocation 'a'");
+/// let alloc = record.add_node(NodeKind::MemAlloc, &[]);
+/// record.allocates(alloc, a);
+/// let d = record.add_node(NodeKind::Kernel("d".into()), &[alloc]);
+/// record.uses(d, a);
+/// let free = record.add_node(NodeKind::MemFree, &[alloc]);
+/// record.frees(free, a);
+/// let violations = check_record(&record);
+/// assert_eq!(violations.len(), 1);
+/// assert_eq!(violations[0].rule, Rule::UnorderedWithFree);
+/// ```
+#[derive(Clone, Default)]
+pub struct Record {
+    /// The graph's id ([`Graph::id`](crate::Graph::id)); 0 for a record built by hand.
+    graph: u64,
+    pub(crate) nodes: Vec<NodeRecord>,
+    allocations: Vec<Entry>,
+    /// Key of each allocation with a handle, by [`GraphAllocation::id`].
+    keys: IdMap<u64, u32>,
+    /// Whether a node allocates or frees.
+    memory_nodes: bool,
+}
+
+// SAFETY: the record holds the driver's node handles as identifiers only: it never passes them
+// to the driver. The `Graph` that owns a record makes every driver call with them, and is
+// neither `Sync` nor changed through `&self`. Everything else in it is `Send + Sync`.
+unsafe impl Send for Record {}
+// SAFETY: as for `Send`; `&Record` hands out no way to change it.
+unsafe impl Sync for Record {}
+
+impl fmt::Debug for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Record")
+            .field("nodes", &self.nodes)
+            .field("allocations", &self.allocations)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Record {
+    /// An empty record, to be built by hand.
+    #[must_use]
+    pub fn new() -> Record {
+        Record::default()
+    }
+
+    /// The empty record of graph `graph`.
+    pub(crate) fn of_graph(graph: u64) -> Record {
+        Record {
+            graph,
+            ..Record::default()
+        }
+    }
+
+    /// The nodes, in the order added.
+    #[must_use]
+    pub fn nodes(&self) -> &[NodeRecord] {
+        &self.nodes
+    }
+
+    /// How many allocations the record names: keys run from 0 to this, in the order nodes
+    /// first named them (for a record built by hand, the order added).
+    #[must_use]
+    pub fn allocation_count(&self) -> usize {
+        self.allocations.len()
+    }
+
+    /// The allocation of `key`; `None` for a key the record does not have and in a record
+    /// built by hand.
+    #[must_use]
+    pub fn allocation(&self, key: AllocKey) -> Option<&GraphAllocation> {
+        self.allocations.get(key.0)?.handle.as_ref()
+    }
+
+    /// The allocations `node` (a node of this record) has `role` for, in the order recorded.
+    pub fn allocations_of<'r>(
+        &'r self,
+        node: &'r NodeRecord,
+        role: MemRole,
+    ) -> impl Iterator<Item = &'r GraphAllocation> + 'r {
+        node.keys(role).filter_map(|k| self.allocation(k))
+    }
+
+    /// The key of `allocation`, if a node of the record names it.
+    #[must_use]
+    pub fn key_of(&self, allocation: &GraphAllocation) -> Option<AllocKey> {
+        let k = *self.keys.get(&allocation.id())?;
+        Some(AllocKey(k as usize))
+    }
+
+    /// The allocation of `key` for people: its description in a record built by hand, else
+    /// the allocation's label or number, size and address.
+    #[must_use]
+    pub fn describe(&self, key: AllocKey) -> String {
+        match self.allocations.get(key.0) {
+            Some(Entry {
+                handle: Some(a), ..
+            }) => a.to_string(),
+            Some(e) => e.description.clone(),
+            None => format!("allocation key #{}", key.0),
+        }
+    }
+
+    /// Whether another graph frees the allocation of `key` too: set by hand, or for a graph's
+    /// record, a free node of another graph that exists now.
+    #[must_use]
+    pub fn is_freed_elsewhere(&self, key: AllocKey) -> bool {
+        self.allocations.get(key.0).is_some_and(|e| {
+            e.freed_elsewhere
+                || e.handle
+                    .as_ref()
+                    .is_some_and(|a| a.freed_by_another_graph(self.graph))
+        })
+    }
+
+    /// Adds an allocation described as `description` (`"allocation 'buf'"`).
+    pub fn add_allocation(&mut self, description: impl Into<String>) -> AllocKey {
+        self.allocations.push(Entry {
+            handle: None,
+            description: description.into(),
+            freed_elsewhere: false,
+            roles: 0,
+        });
+        AllocKey(self.allocations.len() - 1)
+    }
+
+    /// Adds a node after `deps` (positions of any nodes, earlier, later, or none: positions
+    /// past `u32::MAX` are recorded as `u32::MAX`); returns its position.
+    pub fn add_node(&mut self, kind: NodeKind, deps: &[usize]) -> usize {
+        let deps = deps
+            .iter()
+            .map(|&d| u32::try_from(d).unwrap_or(u32::MAX))
+            .collect();
+        self.push(std::ptr::null_mut(), kind, deps)
+    }
+
+    /// Adds the edge `from → to`, once; `from` may be any position.
+    ///
+    /// # Panics
+    ///
+    /// If `to` is not a node of the record.
+    pub fn add_edge(&mut self, from: usize, to: usize) {
+        let from = u32::try_from(from).unwrap_or(u32::MAX);
+        let deps = &mut self.nodes[to].deps;
+        if !deps.contains(&from) {
+            deps.push(from);
+        }
+    }
+
+    /// Removes the edge `from → to`, if there is one.
+    ///
+    /// # Panics
+    ///
+    /// If `to` is not a node of the record.
+    pub fn remove_edge(&mut self, from: usize, to: usize) {
+        let from = u32::try_from(from).unwrap_or(u32::MAX);
+        let deps = &mut self.nodes[to].deps;
+        if deps.contains(&from) {
+            *deps = deps.iter().copied().filter(|&d| d != from).collect();
+        }
+    }
+
+    /// Labels a node.
+    ///
+    /// # Panics
+    ///
+    /// If `node` is not a node of the record.
+    pub fn set_label(&mut self, node: usize, label: impl Into<String>) {
+        self.nodes[node].label = Some(label.into());
+    }
+
+    /// `node` allocates `allocation`.
+    ///
+    /// # Panics
+    ///
+    /// If `node` is not a node of the record.
+    pub fn allocates(&mut self, node: usize, allocation: AllocKey) {
+        self.add_key(node, MemRole::Alloc, allocation);
+    }
+
+    /// `node` frees `allocation`.
+    ///
+    /// # Panics
+    ///
+    /// If `node` is not a node of the record.
+    pub fn frees(&mut self, node: usize, allocation: AllocKey) {
+        self.add_key(node, MemRole::Free, allocation);
+    }
+
+    /// `node` uses `allocation`.
+    ///
+    /// # Panics
+    ///
+    /// If `node` is not a node of the record.
+    pub fn uses(&mut self, node: usize, allocation: AllocKey) {
+        self.add_key(node, MemRole::Use, allocation);
+    }
+
+    /// Another graph frees `allocation` too; a key the record does not have is ignored.
+    pub fn set_freed_elsewhere(&mut self, allocation: AllocKey) {
+        if let Some(e) = self.allocations.get_mut(allocation.0) {
+            e.freed_elsewhere = true;
+        }
+    }
+
+    /// Whether a node allocates or frees (alloc and free nodes, moved child graphs with them).
+    #[inline]
+    pub(crate) fn has_memory_nodes(&self) -> bool {
+        self.memory_nodes
+    }
+
+    /// What the record does to the allocation of `key` (role bits); 0 for a key it does not
+    /// have.
+    #[cfg(test)]
+    pub(crate) fn roles(&self, key: AllocKey) -> u8 {
+        self.allocations.get(key.0).map_or(0, |e| e.roles)
+    }
+
+    /// Each allocation with a handle, with its role bits, in key order.
+    pub(crate) fn allocations_with_roles(&self) -> impl Iterator<Item = (&GraphAllocation, u8)> {
+        self.allocations
+            .iter()
+            .filter_map(|e| Some((e.handle.as_ref()?, e.roles)))
+    }
+
+    /// Every (role, allocation) of the nodes, in node order, whose role `which` selects.
+    pub(crate) fn handles(
+        &self,
+        which: impl Fn(MemRole) -> bool + Copy,
+    ) -> impl Iterator<Item = (MemRole, &GraphAllocation)> {
+        self.nodes.iter().flat_map(move |n| {
+            n.refs().iter().filter_map(move |&(role, k)| {
+                which(role).then_some(())?;
+                Some((role, self.allocation(k)?))
+            })
+        })
+    }
+
+    /// Appends a node; returns its position.
+    #[inline]
+    pub(crate) fn push(&mut self, raw: sys::CUgraphNode, kind: NodeKind, deps: Few<u32>) -> usize {
+        self.nodes.push(NodeRecord::new(raw, kind, deps));
+        self.nodes.len() - 1
+    }
+
+    /// Records that `node` has `role` for `allocation`, giving the allocation its key when the
+    /// record first sees it.
+    #[inline]
+    pub(crate) fn add_ref(&mut self, node: usize, role: MemRole, allocation: &GraphAllocation) {
+        let key = self.key_for(allocation);
+        self.add_key(node, role, key);
+    }
+
+    /// The key of `allocation`, made when the record first sees it. The newest allocation is
+    /// tried first: an alloc node's users and its free node usually follow it.
+    #[inline]
+    fn key_for(&mut self, allocation: &GraphAllocation) -> AllocKey {
+        let newest = self.allocations.last().and_then(|e| e.handle.as_ref());
+        if newest.is_some_and(|h| h.same(allocation)) {
+            return AllocKey(self.allocations.len() - 1);
+        }
+        let next = self.allocations.len() as u32;
+        let key = *self.keys.entry(allocation.id()).or_insert(next);
+        if key == next {
+            self.allocations.push(Entry {
+                handle: Some(allocation.clone()),
+                description: String::new(),
+                freed_elsewhere: false,
+                roles: 0,
+            });
+        }
+        AllocKey(key as usize)
+    }
+
+    fn add_key(&mut self, node: usize, role: MemRole, key: AllocKey) {
+        let refs = &mut self.nodes[node].refs;
+        if refs.contains(&(role, key)) {
+            return;
+        }
+        refs.push((role, key));
+        if let Some(e) = self.allocations.get_mut(key.0) {
+            e.roles |= role.bit();
+        }
+        self.memory_nodes |= role != MemRole::Use;
+    }
+}
