@@ -20,12 +20,12 @@
 
 mod hunt_common;
 
-use hunt_common::{hunt_errors, isolated, stub_symbol};
-
-use std::time::{Duration, Instant};
+use hunt_common::{
+    SLOW, hunt_errors, is_in_use_by_host, is_invalid, isolated, settle, stub_symbol,
+};
 
 use cuda_graph::{
-    AsStream, Device, DeviceBuffer, Error, Graph, InstantiateFlags, KernelArgs, LaunchConfig,
+    AsStream, Device, DeviceBuffer, Graph, InstantiateFlags, KernelArgs, LaunchConfig,
     ManagedBuffer, Module, PinnedBuffer, Stream, StreamMemOps, flush_deferred, kernels,
 };
 
@@ -40,28 +40,6 @@ fn managed_live() -> i32 {
     let f: extern "C" fn() -> i32 =
         unsafe { std::mem::transmute(stub_symbol(c"hunt_managed_live")) };
     f()
-}
-
-/// Works through the crate's deferred releases until `done` holds; panics after 10 s.
-#[track_caller]
-fn settle(what: &str, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
-        flush_deferred();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Every GPU work item of the stub runs 100 ms after the one before.
-const SLOW: &[(&str, &str)] = &[("HUNT_DELAY_US", "100000"), ("HUNT_DELAY_FIXED", "1")];
-
-fn is_in_use_by_host(e: &Error, expected: &str) -> bool {
-    matches!(e, Error::InUseByHost { call } if *call == expected)
-}
-
-fn is_invalid(e: &Error, expected: &str) -> bool {
-    matches!(e, Error::InvalidArgument { call, .. } if *call == expected)
 }
 
 /// `fill_u32(p, n, v)` over the whole buffer.
