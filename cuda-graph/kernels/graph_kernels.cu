@@ -80,3 +80,36 @@ extern "C" __global__ void spin_then_fill_u32(unsigned int* p, unsigned long lon
         p[i] = v;
     }
 }
+
+// The graphMemoryNodes sample's kernels, on 32-bit floats (grid-stride like the others):
+// out[i] = in[i] * in[i].
+extern "C" __global__ void square_f32(const float* in, float* out, unsigned long long n)
+{
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        out[i] = in[i] * in[i];
+    }
+}
+
+// out[i] = -in[i].
+extern "C" __global__ void negate_f32(const float* in, float* out, unsigned long long n)
+{
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        out[i] = -in[i];
+    }
+}
+
+// Sets *failed to 1 where got[i] differs from ref[i] by a relative squared error above
+// `variance` ((got - ref)^2 / ref^2 > variance); leaves it alone otherwise.
+extern "C" __global__ void validate_f32(const float* got, const float* ref, unsigned long long n, float variance,
+                                        unsigned int* failed)
+{
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float diff = got[i] - ref[i];
+        if ((diff * diff) / (ref[i] * ref[i]) > variance) {
+            *failed = 1;
+        }
+    }
+}

@@ -93,10 +93,11 @@ pub enum Error {
         /// The operation that queued the work.
         queued_by: &'static str,
     },
-    /// GPU work on a [`PinnedBuffer`](crate::PinnedBuffer) (a stream copy, the launch of a
-    /// graph that copies to or from it) is refused while the host holds a view of it
-    /// ([`PinnedBuffer::as_slice`](crate::PinnedBuffer::as_slice) or
-    /// [`as_mut_slice`](crate::PinnedBuffer::as_mut_slice)): the GPU would read or write memory
+    /// GPU work on a [`PinnedBuffer`](crate::PinnedBuffer) or a
+    /// [`ManagedBuffer`](crate::ManagedBuffer) (stream work that names it, the launch of a
+    /// graph whose nodes use it) is refused while the host holds a view of it
+    /// ([`HostBuffer::as_slice`](crate::HostBuffer::as_slice) or
+    /// [`as_mut_slice`](crate::HostBuffer::as_mut_slice)): the GPU would read or write memory
     /// that Rust code is reading or writing. Nothing was queued; drop the view first.
     InUseByHost {
         /// The operation.
@@ -182,7 +183,7 @@ impl fmt::Display for Error {
             ),
             Error::InUseByHost { call } => write!(
                 f,
-                "{call}: a pinned buffer it reads or writes is borrowed by the host (a PinnedBuffer::as_slice or as_mut_slice view is alive); nothing was queued"
+                "{call}: a pinned or managed buffer it reads or writes is borrowed by the host (an as_slice or as_mut_slice view of it is alive); nothing was queued"
             ),
             Error::InDoubt { queued_by } => write!(
                 f,

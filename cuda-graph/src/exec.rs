@@ -10,10 +10,10 @@ use crate::error::{AllocationRef, Error, Result, UpdateRefusal, check, driver};
 use crate::flags::flag_set;
 use crate::graph::{Graph, Node};
 use crate::handle::Handle;
+use crate::host_memory::HostMemory;
 use crate::keep::KeepList;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::node_kind::NodeKind;
-use crate::pinned::PinnedMemory;
 use crate::record::{ALLOCATES, FREES, MemRole, Record, USES};
 use crate::stream::AsStream;
 use crate::sys;
@@ -194,7 +194,7 @@ impl Graph {
             locked_order([&unfreed, &foreign_frees, &foreign_uses]);
         Ok(ExecGraph {
             graph_id: self.id,
-            pinned: pinned_in(&self.keep),
+            host_memory: host_memory_in(&self.keep),
             keep: self.keep.clone(),
             node_keeps: Vec::new(),
             in_doubt: std::cell::Cell::new(false),
@@ -229,14 +229,12 @@ fn refuse_capture(stream: &impl AsStream) -> Result<()> {
     Ok(())
 }
 
-/// The pinned host memory that the nodes of a graph whose list is `keep` copy to or from (its
-/// memcpy nodes', its captured copies', its child graphs' and conditional bodies', all of which
-/// are in the list), once each, in address order (the order launches lock them in).
-fn pinned_in(keep: &KeepList) -> Vec<Arc<PinnedMemory>> {
-    let mut pinned = keep.of_type::<PinnedMemory>();
-    pinned.sort_by_key(|m| m.ptr() as usize);
-    pinned.dedup_by_key(|m| m.ptr() as usize);
-    pinned
+/// The host-visible memory (pinned or managed) that the nodes of a graph whose list is `keep`
+/// use (its memcpy, memset and kernel nodes', its captured calls', its child graphs' and
+/// conditional bodies', all of which are in the list), once each, in address order (the order
+/// launches lock them in).
+fn host_memory_in(keep: &KeepList) -> Vec<Arc<HostMemory>> {
+    crate::host_memory::in_address_order(keep.of_type::<HostMemory>())
 }
 
 /// Every allocation of `lists`, once each, in id order (the order the launch path locks them
@@ -283,10 +281,10 @@ pub struct ExecGraph {
     unfreed_at: Vec<usize>,
     frees_at: Vec<usize>,
     uses_at: Vec<usize>,
-    /// The pinned host memory its nodes copy to or from, in address order: each launch is
-    /// refused while the host holds a view of one ([`Error::InUseByHost`]), and its event is
+    /// The host-visible memory (pinned, managed) its nodes use, in address order: each launch
+    /// is refused while the host holds a view of one ([`Error::InUseByHost`]), and its event is
     /// recorded in each, for views and frees to wait for.
-    pinned: Vec<Arc<PinnedMemory>>,
+    host_memory: Vec<Arc<HostMemory>>,
     /// Events of earlier launches, recorded again once no allocation holds them.
     events: std::cell::RefCell<Vec<Arc<crate::event::Event>>>,
     /// What the nodes refer to: the graph's list, shared with it (the ownership rule).
@@ -335,7 +333,8 @@ impl ExecGraph {
     /// `ExecGraph::launch` and the allocation when the graph frees or uses an allocation of
     /// another graph that is not live; [`Error::InUseByHost`] naming `ExecGraph::launch`, with
     /// nothing launched, while the host holds a view of a [`PinnedBuffer`](crate::PinnedBuffer)
-    /// that a memcpy node of the graph copies to or from; [`Error::InDoubt`] after a launch whose
+    /// that a memcpy node of the graph copies to or from, or of a
+    /// [`ManagedBuffer`](crate::ManagedBuffer) that a node of the graph uses; [`Error::InDoubt`] after a launch whose
     /// end could not be tracked;
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamGetId`, `cuStreamWaitEvent`
     /// (ordering the launch after other streams' uses and frees) or `cuGraphLaunch`. After the
@@ -347,7 +346,7 @@ impl ExecGraph {
         if self.unfreed.is_empty()
             && self.foreign_frees.is_empty()
             && self.foreign_uses.is_empty()
-            && self.pinned.is_empty()
+            && self.host_memory.is_empty()
         {
             // Special streams (per-thread, legacy) need the context current.
             self.device.bind()?;
@@ -380,9 +379,9 @@ impl ExecGraph {
     }
 
     /// The launch of a graph that allocates, frees or uses allocations outside itself, or copies
-    /// to or from pinned host memory: checked, ordered and recorded under the allocations' and
-    /// the pinned memories' locks, so that no free on another thread slips between the check
-    /// and the launch, nor a host view of the pinned memory.
+    /// to or from host-visible memory: checked, ordered and recorded under the allocations' and
+    /// the host memories' locks, so that no free on another thread slips between the check
+    /// and the launch, nor a host view of the memory.
     fn launch_with_allocations(&self, stream: &impl AsStream) -> Result<()> {
         let auto_free = self.flags.contains(InstantiateFlags::AUTO_FREE_ON_LAUNCH);
         if !auto_free {
@@ -419,8 +418,8 @@ impl ExecGraph {
                 });
             }
         }
-        // After the allocations' locks, as everywhere (`pinned`).
-        let mut hosts: Vec<_> = self.pinned.iter().map(|m| m.lock()).collect();
+        // After the allocations' locks, as everywhere (`host_memory`).
+        let mut hosts: Vec<_> = self.host_memory.iter().map(|m| m.lock()).collect();
         for host in &hosts {
             host.before_gpu_use(LAUNCH)?;
         }
@@ -604,7 +603,7 @@ impl ExecGraph {
         // What the previous nodes refer to stays until the launches queued so far are done,
         // and so do the settings of single nodes, which the update replaced.
         let previous = std::mem::replace(&mut self.keep, graph.keep.clone());
-        self.pinned = pinned_in(&self.keep);
+        self.host_memory = host_memory_in(&self.keep);
         let settings = std::mem::take(&mut self.node_keeps);
         self.release_after_last_launch((previous, settings));
         // Without memory nodes on either side, only the other graphs' allocations it uses change.

@@ -41,7 +41,7 @@ impl KeepList {
         self.lock().extend(taken);
     }
 
-    /// The values that are a `T`, cloned (an executable graph's pinned host memory, which it
+    /// The values that are a `T`, cloned (an executable graph's host-visible memory, which it
     /// records its launches in).
     pub(crate) fn of_type<T: std::any::Any + Send + Sync>(&self) -> Vec<Arc<T>> {
         self.lock()

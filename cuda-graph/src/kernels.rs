@@ -15,6 +15,9 @@
 //! | `axpy_u32` | `(u32* dst, const u32* src, u64 n, u32 a)` | `dst[i] += a * src[i]` |
 //! | `sum_u32` | `(const u32* p, u64 n, u64* out)` | `*out += Σ p[i]` |
 //! | `spin_then_fill_u32` | `(u32* p, u64 n, u32 v, u64 cycles)` | waits `cycles` clock cycles, then `p[i] = v` |
+//! | `square_f32` | `(const f32* in, f32* out, u64 n)` | `out[i] = in[i] * in[i]` |
+//! | `negate_f32` | `(const f32* in, f32* out, u64 n)` | `out[i] = -in[i]` |
+//! | `validate_f32` | `(const f32* got, const f32* ref, u64 n, f32 variance, u32* failed)` | `*failed = 1` where `(got[i] - ref[i])² / ref[i]² > variance` |
 
 //!
 //! The kernels that set a conditional node's condition from the device

@@ -138,6 +138,9 @@
 //! | [`StreamMemOps::memcpy_htod_async`], [`StreamMemOps::memcpy_dtoh_async`] | a pinned host address, a device address | the buffer's memory, whose free waits for the copy's event; on a stream that captures into a capture of this crate, the captured graph's list | `tests/host_memory_stub.rs`: `stream_copy_keeps_its_dropped_pinned_buffer_until_it_ran`, `captured_copies_keep_their_pinned_buffers` |
 //! | [`PinnedBuffer`] | `cuMemFreeHost` | its handle or the last graph holding it, then every stream copy's and launch's event recorded on it; queued while a capture forbids it | `tests/host_memory_stub.rs`: `pinned_buffer_dropped_during_a_global_capture_is_freed_after_it` |
 //! | [`PinnedBuffer::as_slice`], [`PinnedBuffer::as_mut_slice`] (host views) | nothing: the host reads and writes | waits for every recorded GPU use first; GPU work on the buffer refused while alive (below) | `tests/host_memory_stub.rs`: `views_wait_for_queued_copies_and_launches`, `gpu_work_is_refused_while_a_view_lives`, `view_during_a_global_capture_waits_without_synchronizing`; `tests/safe_host_memory.rs`: `view_waits_for_the_launch_and_refuses_the_next` |
+//! | [`ManagedBuffer`] as a [`DeviceAddress`] (memset, memcpy and kernel nodes, stream work, kernel arguments) | a managed address | the list, or the buffer's memory, whose free waits for the recorded events; refused while a host view lives | `tests/managed_stub.rs`: `graphs_keep_a_dropped_managed_buffer`, `gpu_work_is_refused_while_a_view_lives`; `tests/safe_managed.rs`: `managed_buffer_dropped_after_building_is_the_one_written` |
+//! | [`ManagedBuffer`] | `cuMemFree` | its handle or the last graph holding it, then every recorded GPU use's event; refused (`ManagedBuffer::zeroed`) unless every device reports concurrent managed access | `tests/managed_stub.rs`: `drop_after_stream_work_frees_after_it_ran`, `refused_without_concurrent_managed_access` |
+//! | [`HostBuffer::as_slice`], [`HostBuffer::as_mut_slice`] on a [`ManagedBuffer`] (host views) | nothing: the host reads and writes | as for pinned buffers | `tests/managed_stub.rs`: `views_wait_for_queued_gpu_work`; `tests/safe_managed.rs`: `kernel_sets_a_managed_flag_that_a_view_reads_after_it` |
 //! | [`Graph::add_kernel_node`], [`Capture::launch`] (unsafe: argument types) | function, argument addresses | the list | `kernel_node_keeps_its_module_loaded`, `captured_launch_keeps_its_module_loaded` |
 //! | [`Graph::add_host_node`] | a closure | the list | `host_node_closure_lives_until_the_driver_is_done_with_it` |
 //! | [`Graph::add_event_record_node`], [`Graph::add_event_wait_node`] | an event | the list | `tests/safe_outside.rs` |
@@ -161,7 +164,8 @@
 )]
 //! | [`Stream`], [`Event`], [`Module`], [`MemPool`], [`ExecGraph`], [`Graph`] drops | destroys | each value; queued while a capture forbids it | `device_buffers_dropped_during_another_threads_global_capture_are_freed`, `stream_dropped_during_a_capture_does_not_free_into_it`, `last_exec_graph_dropped_inside_a_global_capture_keeps_the_capture_and_frees`, `deferred_frees_belong_to_the_device_not_the_handle` |
 //!
-//! **The host and the GPU never touch pinned memory at once.** A [`PinnedBuffer`]'s memory is
+//! **The host and the GPU never touch pinned or managed memory at once.** A [`PinnedBuffer`]'s
+//! memory (and a [`ManagedBuffer`]'s: one [`HostBuffer`] type, two kinds) is
 //! shared the way a [`DeviceBuffer`]'s is, not borrowed: a memcpy node or captured copy puts it
 //! in the graph's list (a lifetime would not do, for the reason above: the executable graph
 //! outlives the borrow). Rust code reads and writes it only through views
@@ -180,7 +184,11 @@
 //! captures or stream copies: a node reads its host memory at every launch, long after a
 //! borrowed slice may be gone, and a stream copy from pageable memory may still read it after
 //! the call returns; [`DeviceBuffer::copy_from`] and [`DeviceBuffer::to_vec`] copy pageable
-//! memory synchronously. Outside what the crate sees: the address of [`PinnedBuffer::as_ptr`]
+//! memory synchronously. A [`ManagedBuffer`] is also a [`DeviceAddress`]: every stream memset,
+//! copy or kernel that names it is refused under a view and recorded like a copy, and graphs whose
+//! nodes name it keep it and record their launches in it; it is refused on systems without
+//! concurrent managed access, where the host may not touch managed memory while any kernel runs.
+//! Outside what the crate sees: the address of [`PinnedBuffer::as_ptr`]
 //! passed to kernels or copies as a plain value, and graphs launched by other code (handed
 //! over with [`Graph::into_raw`], or launched from the device).
 //!
@@ -313,6 +321,7 @@ mod flags;
 mod footprint;
 mod graph;
 mod handle;
+mod host_memory;
 mod inline_list;
 mod int_hash;
 mod keep;
@@ -323,6 +332,7 @@ mod keep;
 pub mod kernels;
 mod lifetime_error;
 mod live_objects;
+mod managed;
 mod memory;
 mod module;
 mod node_kind;
@@ -350,11 +360,13 @@ pub use exec::{ExecGraph, InstantiateFlags};
 pub use footprint::GraphMemInfo;
 pub use graph::{Graph, Node, NodeKind};
 pub use handle::{Handle, OwnedHandle};
+pub use host_memory::{HostBuffer, HostKind, HostMut, HostRef};
 pub use inline_list::Few;
 pub use live_objects::{LiveObjects, live_objects};
+pub use managed::{Managed, ManagedBuffer, ManagedMut, ManagedRef};
 pub use memory::{DeviceAddress, DeviceBuffer, MemsetValue};
 pub use module::{Function, KernelArgs, LaunchConfig, Module};
-pub use pinned::{PinnedBuffer, PinnedMut, PinnedRef};
+pub use pinned::{Pinned, PinnedBuffer, PinnedMut, PinnedRef};
 pub use pool::MemPool;
 pub use readback::{
     DriverNode, KernelNodeParams, MemAllocNodeParams, MemcpyNodeParams, MemcpyOperand,

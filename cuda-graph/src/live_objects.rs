@@ -18,9 +18,10 @@ pub(crate) enum Kind {
     DeviceBuffer,
     StreamAllocation,
     PinnedBuffer,
+    ManagedBuffer,
 }
 
-const KINDS: usize = 11;
+const KINDS: usize = 12;
 static LIVE: [AtomicIsize; KINDS] = [const { AtomicIsize::new(0) }; KINDS];
 
 /// A field that counts its owner as live.
@@ -66,6 +67,8 @@ pub struct LiveObjects {
     pub stream_allocations: isize,
     /// Page-locked host buffers ([`PinnedBuffer`](crate::PinnedBuffer)s' memory).
     pub pinned_buffers: isize,
+    /// Managed buffers ([`ManagedBuffer`](crate::ManagedBuffer)s' memory).
+    pub managed_buffers: isize,
 }
 
 impl LiveObjects {
@@ -83,6 +86,7 @@ impl LiveObjects {
             + self.device_buffers
             + self.stream_allocations
             + self.pinned_buffers
+            + self.managed_buffers
     }
 }
 
@@ -90,7 +94,7 @@ impl fmt::Display for LiveObjects {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} live: {} contexts, {} streams, {} events, {} modules, {} graphs, {} executable graphs, {} graph allocations, {} pools, {} buffers, {} stream allocations, {} pinned buffers",
+            "{} live: {} contexts, {} streams, {} events, {} modules, {} graphs, {} executable graphs, {} graph allocations, {} pools, {} buffers, {} stream allocations, {} pinned buffers, {} managed buffers",
             self.total(),
             self.contexts,
             self.streams,
@@ -102,7 +106,8 @@ impl fmt::Display for LiveObjects {
             self.mem_pools,
             self.device_buffers,
             self.stream_allocations,
-            self.pinned_buffers
+            self.pinned_buffers,
+            self.managed_buffers
         )
     }
 }
@@ -123,5 +128,6 @@ pub fn live_objects() -> LiveObjects {
         device_buffers: get(Kind::DeviceBuffer),
         stream_allocations: get(Kind::StreamAllocation),
         pinned_buffers: get(Kind::PinnedBuffer),
+        managed_buffers: get(Kind::ManagedBuffer),
     }
 }

@@ -1,6 +1,7 @@
 //! Device addresses and plain device buffers (`cuMemAlloc`), for data that lives outside graphs:
-//! inputs, results to copy back, and the like. [`DeviceAddress`] is implemented here for all
-//! three kinds of the crate's memory (buffers, [`GraphAllocation`]s, stream-ordered allocations).
+//! inputs, results to copy back, and the like. [`DeviceAddress`] is implemented here for every
+//! kind of the crate's device-addressable memory (buffers, [`GraphAllocation`]s, stream-ordered
+//! allocations, managed buffers).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -12,13 +13,16 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, driver};
 use crate::handle::Handle;
+use crate::host_memory::{HostBuffer, HostMemory};
 use crate::keep::Keep;
+use crate::managed::Managed;
 use crate::stream::{AsStream, BorrowedStream};
 use crate::stream_alloc::{StreamAllocation, StreamMemory};
 use crate::sys;
 
 /// Memory of this crate with a device address: a [`DeviceBuffer`], a
-/// [`StreamAllocation`](crate::StreamAllocation), a [`GraphAllocation`].
+/// [`StreamAllocation`](crate::StreamAllocation), a [`GraphAllocation`], a
+/// [`ManagedBuffer`](crate::ManagedBuffer).
 ///
 /// Sealed: graph nodes and kernel arguments trust the address and the length, and keep the
 /// memory's owner alive for as long as the GPU may touch it; only the crate's own types can
@@ -62,6 +66,10 @@ pub enum Owner<'a> {
     /// as a stream allocation's, and its free by cudarc waits for them.
     #[cfg(feature = "cudarc")]
     Cudarc(&'a Arc<crate::cudarc::CudarcMemory>),
+    /// Managed memory ([`ManagedBuffer`](crate::ManagedBuffer)): the host reads and writes it
+    /// too, so every GPU use is refused while a host view lives, and recorded for the views and
+    /// its free to wait for.
+    Host(&'a Arc<HostMemory>),
 }
 
 impl Owner<'_> {
@@ -73,6 +81,7 @@ impl Owner<'_> {
             Owner::Buffer(m) => Arc::clone(m) as Keep,
             #[cfg(feature = "cudarc")]
             Owner::Cudarc(m) => Arc::clone(m) as Keep,
+            Owner::Host(m) => Arc::clone(m) as Keep,
         }
     }
 }
@@ -295,6 +304,22 @@ impl<S: AsStream> DeviceAddress for StreamAllocation<'_, S> {
     }
     fn byte_len(&self) -> usize {
         self.memory().bytes
+    }
+}
+
+impl<T: Pod> sealed::Sealed for HostBuffer<T, Managed> {
+    fn owner(&self) -> Owner<'_> {
+        Owner::Host(self.memory())
+    }
+}
+
+/// A managed buffer's address, valid on the device as on the host.
+impl<T: Pod> DeviceAddress for HostBuffer<T, Managed> {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.memory().device_ptr()
+    }
+    fn byte_len(&self) -> usize {
+        self.memory().bytes()
     }
 }
 

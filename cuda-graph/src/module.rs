@@ -9,6 +9,7 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, driver};
 use crate::handle::Handle;
+use crate::host_memory::HostMemory;
 use crate::inline_list::Few;
 use crate::keep::Keep;
 use crate::memory::{BufferMemory, DeviceAddress, Owner};
@@ -286,7 +287,11 @@ impl Handle for Function {
 ///   use is then recorded for later frees to wait for (when that fails, the stream is
 ///   synchronized before the error is returned, or, where it cannot be, the allocations are
 ///   kept in doubt: [`Error::InDoubt`]);
-/// - uses of stream allocations are recorded for their frees to wait for (likewise).
+/// - uses of stream allocations are recorded for their frees to wait for (likewise);
+/// - with host-visible memory among the operands (a managed buffer, the pinned side of a host
+///   copy), `op` is refused while the host holds a view of one ([`Error::InUseByHost`], nothing
+///   queued), and its use is recorded in each for views and frees to wait for, under their
+///   locks, taken after the allocations' ([`crate::host_memory::gpu_use`]).
 pub(crate) fn stream_ordered(
     call: &'static str,
     device: &Device,
@@ -315,6 +320,8 @@ pub(crate) fn stream_ordered(
             return op();
         }
     }
+    let hosts = operands.host_memories();
+    let op = || crate::host_memory::gpu_use(call, stream, &hosts, op);
     if !has_allocations {
         op()?;
         return operands.note_stream_uses(call, stream);
@@ -423,6 +430,9 @@ enum ArgOwner {
     Buffer(Arc<BufferMemory>),
     #[cfg(feature = "cudarc")]
     Cudarc(Arc<crate::cudarc::CudarcMemory>),
+    /// Host-visible memory: a managed buffer passed by address, or the pinned side of a host
+    /// copy (an operand with no argument word, [`KernelArgs::host`]).
+    Host(Arc<HostMemory>),
 }
 
 /// Arguments kept inline: words and arguments. A list this size stays under 128 bytes, which
@@ -540,8 +550,25 @@ impl KernelArgs {
             Owner::Buffer(m) => ArgOwner::Buffer(m.clone()),
             #[cfg(feature = "cudarc")]
             Owner::Cudarc(m) => ArgOwner::Cudarc(m.clone()),
+            Owner::Host(m) => ArgOwner::Host(m.clone()),
         });
         self.value(target.device_ptr())
+    }
+
+    /// Records `memory` as an operand without an argument word: the pinned side of a stream
+    /// copy, whose operand list is never launched.
+    pub(crate) fn host(mut self, memory: &Arc<HostMemory>) -> KernelArgs {
+        self.owners.push(ArgOwner::Host(memory.clone()));
+        self
+    }
+
+    /// The host-visible memories among the operands, once each, in address order.
+    pub(crate) fn host_memories(&self) -> Vec<&Arc<HostMemory>> {
+        let memories = self.owners.iter().filter_map(|o| match o {
+            ArgOwner::Host(m) => Some(m),
+            _ => None,
+        });
+        crate::host_memory::in_address_order(memories.collect())
     }
 
     /// The number of arguments.
@@ -572,6 +599,7 @@ impl KernelArgs {
             ArgOwner::Buffer(m) => m.clone() as Keep,
             #[cfg(feature = "cudarc")]
             ArgOwner::Cudarc(m) => m.clone() as Keep,
+            ArgOwner::Host(m) => m.clone() as Keep,
         })
     }
 

@@ -223,30 +223,21 @@ pub trait StreamMemOps: AsStream + Sized {
     ) -> Result<()> {
         const CALL: &str = "StreamMemOps::memcpy_htod_async";
         check_host_memcpy(CALL, dst, src.byte_len(), bytes)?;
-        let operands = KernelArgs::new().ptr(dst);
         let host = src.memory();
-        stream_ordered(
-            CALL,
-            self.device(),
-            self,
-            &operands,
-            Some(src.keep()),
-            || {
-                host.stream_use(CALL, self, || {
-                    // SAFETY: `bytes` fit both (checked); `stream_ordered` keeps `dst` alive and
-                    // ordered, and `stream_use` records the read of `src`, whose memory is freed
-                    // only after it, and refused it while the host holds a view; the stream is live.
-                    driver!(unsafe {
-                        sys::cuMemcpyHtoDAsync(
-                            dst.device_ptr(),
-                            host.ptr().cast_const(),
-                            bytes,
-                            self.as_raw_stream(),
-                        )
-                    })
-                })
-            },
-        )
+        let operands = KernelArgs::new().ptr(dst).host(host);
+        stream_ordered(CALL, self.device(), self, &operands, None, || {
+            // SAFETY: `bytes` fit both (checked); `stream_ordered` keeps `dst` and `src` alive and
+            // ordered, records the read of `src`, whose memory is freed only after it, and
+            // refused it while the host holds a view; the stream is live.
+            driver!(unsafe {
+                sys::cuMemcpyHtoDAsync(
+                    dst.device_ptr(),
+                    host.ptr().cast_const(),
+                    bytes,
+                    self.as_raw_stream(),
+                )
+            })
+        })
     }
 
     /// Copies the first `bytes` of device memory `src` into the pinned buffer `dst`
@@ -267,28 +258,14 @@ pub trait StreamMemOps: AsStream + Sized {
     ) -> Result<()> {
         const CALL: &str = "StreamMemOps::memcpy_dtoh_async";
         check_host_memcpy(CALL, src, dst.byte_len(), bytes)?;
-        let operands = KernelArgs::new().ptr(src);
         let host = dst.memory();
-        stream_ordered(
-            CALL,
-            self.device(),
-            self,
-            &operands,
-            Some(dst.keep()),
-            || {
-                host.stream_use(CALL, self, || {
-                    // SAFETY: as in `memcpy_htod_async`, with the pinned memory written.
-                    driver!(unsafe {
-                        sys::cuMemcpyDtoHAsync(
-                            host.ptr(),
-                            src.device_ptr(),
-                            bytes,
-                            self.as_raw_stream(),
-                        )
-                    })
-                })
-            },
-        )
+        let operands = KernelArgs::new().ptr(src).host(host);
+        stream_ordered(CALL, self.device(), self, &operands, None, || {
+            // SAFETY: as in `memcpy_htod_async`, with the pinned memory written.
+            driver!(unsafe {
+                sys::cuMemcpyDtoHAsync(host.ptr(), src.device_ptr(), bytes, self.as_raw_stream())
+            })
+        })
     }
 }
 

@@ -21,6 +21,11 @@
  *    byte it copies, when it runs; a host-to-device copy keeps the first 8 bytes it read
  *    (hunt_last_host_read()), so that tests see when the GPU touched host memory. Freed host
  *    memory stays allocated in the stub, filled with 0xDD.
+ *  - managed memory (cuMemAllocManaged) is real host memory registered as device memory too:
+ *    work that uses it (kernels, memsets, copies, graph nodes) writes HUNT_D2H_BYTE into all of
+ *    it when it runs, so that tests see whether the host read it before or after the GPU did;
+ *    cuMemFree of it marks it freed (filled with 0xDD, never reused). HUNT_NO_CONCURRENT_MANAGED=1
+ *    makes CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS read 0.
  * One stream captures at a time (plus the streams forked into it); captured work forms a chain.
  * Graphs read back as the driver describes them (cuGraphGetNodes, cuGraphGetEdges,
  * cuGraphGetRootNodes, cuGraphNodeGetDependencies/DependentNodes, cuGraphNodeGetType and the
@@ -289,6 +294,29 @@ static int use_host(const void *p, size_t n, const char *what)
         return 0;
     }
     return 1;
+}
+
+/* ---------------------------------------------------------------- managed memory */
+/* Live cuMemAllocManaged allocations, 1 MiB-aligned real memory (so that use_memory finds their
+   base), registered as device memory at their host address. */
+static struct hostmem *managed;
+static size_t nmanaged, capmanaged;
+static int managed_live;
+int hunt_managed_live(void) { return __atomic_load_n(&managed_live, __ATOMIC_SEQ_CST); }
+/* Under `big`: the managed allocation that holds `p`, or NULL. */
+static struct hostmem *managed_find(CUdeviceptr p)
+{
+    for (size_t i = nmanaged; i-- > 0;)
+        if ((unsigned char *)(uintptr_t)p >= managed[i].p && (unsigned char *)(uintptr_t)p < managed[i].p + managed[i].bytes)
+            return &managed[i];
+    return NULL;
+}
+/* Under `big`: GPU work that uses `p` runs; if it is live managed memory, the GPU writes it. */
+static void touch_managed(CUdeviceptr p)
+{
+    struct hostmem *m = p ? managed_find(p) : NULL;
+    if (m && m->live)
+        memset(m->p, HUNT_D2H_BYTE, m->bytes);
 }
 
 /* ---------------------------------------------------------------- kernels */
@@ -688,15 +716,19 @@ static void run_op(const struct op *op, unsigned long long flags, const char *wh
             if (!m || m->state != S_LIVE)
                 bad("%s: a kernel's module %p is %s when it runs", what, fn->module, m ? state_name(m->state) : "unknown");
         }
-        for (int i = 0; i < op->np; i++)
+        for (int i = 0; i < op->np; i++) {
             use_memory(op->p[i], what);
+            touch_managed(op->p[i]);
+        }
         pthread_mutex_unlock(&big);
         break;
     }
     case OP_USE:
         lock_big(__func__);
-        for (int i = 0; i < op->np; i++)
+        for (int i = 0; i < op->np; i++) {
             use_memory(op->p[i], what);
+            touch_managed(op->p[i]);
+        }
         pthread_mutex_unlock(&big);
         break;
     case OP_H2D:
@@ -796,7 +828,13 @@ static int need_context(const char *call)
     return 1;
 }
 CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) { (void)d; *bytes = (size_t)140 << 30; return OK; }
-CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) { (void)a; (void)d; *v = 1; return OK; }
+CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
+{
+    (void)d;
+    const char *no = getenv("HUNT_NO_CONCURRENT_MANAGED");
+    *v = !(a == CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS && no && *no == '1');
+    return OK;
+}
 CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 {
     (void)d;
@@ -1256,6 +1294,31 @@ CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes)
     pthread_mutex_unlock(&big);
     return OK;
 }
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t bytes, unsigned int flags)
+{
+    MAYBE_FAIL();
+    need_context("cuMemAllocManaged");
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t rounded = ((bytes ? bytes : 1) + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+    unsigned char *m = aligned_alloc((size_t)1 << 20, rounded);
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memset(m, 0xCD, rounded); /* not zeros: whatever the caller reads unwritten shows */
+    lock_big(__func__);
+    struct ent *e = find((uintptr_t)m, 1);
+    e->kind = K_MEM;
+    e->state = S_LIVE;
+    if (nmanaged == capmanaged) {
+        capmanaged = capmanaged ? 2 * capmanaged : 64;
+        managed = realloc(managed, capmanaged * sizeof *managed);
+    }
+    managed[nmanaged++] = (struct hostmem){.p = m, .bytes = bytes, .live = 1};
+    __atomic_add_fetch(&managed_live, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&big);
+    *p = (CUdeviceptr)(uintptr_t)m;
+    return OK;
+}
 CUresult cuMemFree(CUdeviceptr p)
 {
     need_context("cuMemFree");
@@ -1263,6 +1326,12 @@ CUresult cuMemFree(CUdeviceptr p)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     wait_all(); /* cuMemFree synchronizes */
     lock_big(__func__);
+    struct hostmem *m = managed_find(p);
+    if (m && m->live && m->p == (unsigned char *)(uintptr_t)p) {
+        m->live = 0;
+        memset(m->p, 0xDD, m->bytes);
+        __atomic_sub_fetch(&managed_live, 1, __ATOMIC_SEQ_CST);
+    }
     free_memory(p, "cuMemFree");
     pthread_mutex_unlock(&big);
     return OK;

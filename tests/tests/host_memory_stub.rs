@@ -27,10 +27,12 @@
 
 mod hunt_common;
 
-use hunt_common::{hunt_errors, isolated, stall, stub_symbol};
+use hunt_common::{
+    SLOW, hunt_errors, is_in_use_by_host, is_invalid, isolated, settle, stall, stub_symbol,
+};
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cuda_graph::{
     AllocParams, AsStream, Capture, CaptureMode, Device, DeviceBuffer, Error, Graph,
@@ -55,30 +57,6 @@ fn last_host_read() -> u64 {
     let f: extern "C" fn() -> u64 =
         unsafe { std::mem::transmute(stub_symbol(c"hunt_last_host_read")) };
     f()
-}
-
-/// Works through the crate's deferred releases until `done` holds (the release thread frees
-/// what waited for the GPU); panics after 10 s.
-#[track_caller]
-fn settle(what: &str, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
-        flush_deferred();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Every GPU work item of the stub runs 100 ms after the one before: copies queued by a test are
-/// still queued when its next line runs.
-const SLOW: &[(&str, &str)] = &[("HUNT_DELAY_US", "100000"), ("HUNT_DELAY_FIXED", "1")];
-
-fn is_in_use_by_host(e: &Error, expected: &str) -> bool {
-    matches!(e, Error::InUseByHost { call } if *call == expected)
-}
-
-fn is_invalid(e: &Error, expected: &str) -> bool {
-    matches!(e, Error::InvalidArgument { call, .. } if *call == expected)
 }
 
 // ------------------------------------------------------------------ ownership

@@ -81,3 +81,29 @@ pub fn isolated(name: &str, env: &[(&str, &str)], body: fn()) {
         cuda_graph_tests::run_test_in_child(name, "HUNT_CHILD", env, Duration::from_secs(120));
     assert!(status.is_some_and(|s| s.success()), "{out}");
 }
+
+/// Works through the crate's deferred releases until `done` holds (the release thread frees
+/// what waited for the GPU); panics after 10 s.
+#[track_caller]
+pub fn settle(what: &str, done: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+        cuda_graph::flush_deferred();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Every GPU work item of the stub runs 100 ms after the one before: work queued by a test is
+/// still queued when its next line runs.
+pub const SLOW: &[(&str, &str)] = &[("HUNT_DELAY_US", "100000"), ("HUNT_DELAY_FIXED", "1")];
+
+/// Whether `e` is `InUseByHost` naming `expected`.
+pub fn is_in_use_by_host(e: &cuda_graph::Error, expected: &str) -> bool {
+    matches!(e, cuda_graph::Error::InUseByHost { call } if *call == expected)
+}
+
+/// Whether `e` is `InvalidArgument` naming `expected`.
+pub fn is_invalid(e: &cuda_graph::Error, expected: &str) -> bool {
+    matches!(e, cuda_graph::Error::InvalidArgument { call, .. } if *call == expected)
+}
