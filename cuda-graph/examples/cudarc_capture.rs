@@ -172,7 +172,12 @@ fn captured(
         }
         None => None,
     };
-    table.row("1. cudarc: x, y, snapshot (A, B, C)", device, ctx)?;
+    let step = if gemm.is_some() {
+        "1. cudarc: x, y, snapshot, A, B, C"
+    } else {
+        "1. cudarc: x, y, snapshot"
+    };
+    table.row(step, device, ctx)?;
 
     // SAFETY: no capture begun outside this crate records `cs` (this example begins none with
     // cudarc), and no StreamAllocation is made on it.
@@ -290,7 +295,12 @@ fn cudarc_way(
         }),
         None => None,
     };
-    table.row("2. cudarc: x, y, snapshot (A, B, C)", device, ctx)?;
+    let step = if gemm.is_some() {
+        "2. cudarc: x, y, snapshot, A, B, C"
+    } else {
+        "2. cudarc: x, y, snapshot"
+    };
+    table.row(step, device, ctx)?;
     // SAFETY: as in part 1.
     let stream = unsafe { BorrowedStream::from_cudarc(cs, device)? };
     let y_ptr = y.device_ptr(cs).0;
