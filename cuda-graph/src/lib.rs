@@ -152,7 +152,7 @@
 //! | [`DeviceBuffer`] | `cuMemFree` | its handle or the last graph holding it | `memset_node_keeps_its_device_buffer_alive` |
 #![cfg_attr(
     feature = "cudarc",
-    doc = "| [`CudarcSlice`] (the `cudarc` feature), [`CudarcSlice::new`] | a cudarc slice's address; cudarc's free on the slice's stream | its handle or the last graph holding it; the free waits for every use the crate recorded, on any stream | `cudarc_slice_dropped_after_building_a_graph_that_writes_it_stays_allocated`, `cudarc_slice_free_waits_for_a_kernel_on_another_stream` (`tests/safe_cudarc.rs`) |"
+    doc = "| [`CudarcSlice`] (the `cudarc` feature), [`CudarcSlice::new`] | a cudarc slice's address; cudarc's free on the slice's stream | its handle or the last graph holding it; the free waits for every use the crate recorded, on any stream | `cudarc_slice_dropped_after_building_a_graph_that_writes_it_stays_allocated` (kernel and memset nodes), `capture_on_a_cudarc_stream_keeps_cudarc_memory` (a kernel operand, and a slice only cudarc's captured work reads, kept through `as_cudarc`), `cudarc_slice_free_waits_for_a_kernel_on_another_stream` (`tests/safe_cudarc.rs`) |"
 )]
 #![cfg_attr(
     feature = "cudarc",

@@ -28,6 +28,9 @@ use safe_common::{BYTES, Gpu, N, assert_all, assert_iota, assert_no_drop_errors,
 /// What the late writer writes: not a value any other kernel here writes.
 const LATE: u32 = 0xBAD0_BAD0;
 
+/// What a second late writer writes, over [`LATE`].
+const LATER: u32 = 0xBAD1_BAD1;
+
 /// cudarc's context of device 0 (the primary context the crate's `Device` retains too) and a
 /// stream of it made with `new_stream`, with cudarc's event tracking off for the slices made
 /// after it (all cudarc work of a test is on this one stream, and the capture test captures
@@ -68,7 +71,8 @@ fn address(slice: &CudaSlice<u32>, stream: &CudaStream) -> cuda_graph::sys::CUde
     slice.device_ptr(stream).0
 }
 
-/// A graph with one `fill_u32(target, N, value)` kernel node.
+/// A graph with one `fill_u32(target, N, value)` kernel node (the slice kept through the
+/// kernel's argument list).
 #[track_caller]
 fn fill_graph(gpu: &Gpu, target: &impl DeviceAddress, value: u32) -> Graph {
     let mut graph = Graph::new(&gpu.device).expect("Graph::new");
@@ -79,14 +83,31 @@ fn fill_graph(gpu: &Gpu, target: &impl DeviceAddress, value: u32) -> Graph {
     graph
 }
 
+/// A graph with one memset node writing `value` to the `N` words of `target` (the slice kept as
+/// the node's operand).
+#[track_caller]
+fn memset_graph(gpu: &Gpu, target: &impl DeviceAddress, value: u32) -> Graph {
+    let mut graph = Graph::new(&gpu.device).expect("Graph::new");
+    graph
+        .add_memset_node(&[], target, value, N as usize)
+        .expect("memset node");
+    graph
+}
+
 /// Queues `spin_then_fill_u32(target, N, LATE, SPIN_50_MS)` on `stream`: a writer that writes
 /// about 50 ms late.
 #[track_caller]
 fn late_writer(gpu: &Gpu, stream: &impl AsStream, target: &CudarcSlice<u32>) {
+    late_fill(gpu, stream, target, LATE);
+}
+
+/// Queues `spin_then_fill_u32(target, N, value, SPIN_50_MS)` on `stream`.
+#[track_caller]
+fn late_fill(gpu: &Gpu, stream: &impl AsStream, target: &CudarcSlice<u32>, value: u32) {
     let args = KernelArgs::new()
         .ptr(target)
         .value(N)
-        .value(LATE)
+        .value(value)
         .value(SPIN_50_MS);
     // SAFETY: spin_then_fill_u32(unsigned* p, unsigned long long n, unsigned v,
     // unsigned long long spins) over the N words of `target`, whose free the crate orders after
@@ -104,12 +125,14 @@ fn crate_stream(device: &Device) -> Stream {
     Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0).expect("create a stream")
 }
 
-/// The ownership rule for cudarc memory: a graph whose kernel node writes a `CudarcSlice`
-/// keeps it allocated after the handle is dropped right after the graph is built. The probe, a
-/// new cudarc allocation of the same size on the slice's stream filled with the pattern before
-/// the launch, must stay intact, and the graph must have written the original memory (read
-/// back through its address, still allocated while the executable graph lives). Control: the
-/// same graph with the handle kept writes the slice.
+/// The ownership rule for cudarc memory: a graph whose node writes a `CudarcSlice` keeps it
+/// allocated after the handle is dropped right after the graph is built, for both ways a graph
+/// holds memory: a kernel node (the slice in its argument list, `KernelArgs::ptr`) and a memset
+/// node (the slice as the node's operand). The probe, a new cudarc allocation of the same size
+/// on the slice's stream filled with the pattern before the launch, must stay intact, and the
+/// graph must have written the original memory (read back through its address, still allocated
+/// while the executable graph lives). Control: the same graph with the handle kept writes the
+/// slice.
 #[test]
 #[ignore = "needs a GPU"]
 fn cudarc_slice_dropped_after_building_a_graph_that_writes_it_stays_allocated() {
@@ -120,44 +143,53 @@ fn cudarc_slice_dropped_after_building_a_graph_that_writes_it_stays_allocated() 
     let (ctx, cs) = cudarc_stream(&g);
     // SAFETY: no capture begun outside this crate records `cs`; no StreamAllocation is made on it.
     let stream = unsafe { BorrowedStream::from_cudarc(&cs, &g.device) }.unwrap();
-    const VALUE: u32 = 0x0BAD_CAFE;
+    type Build = fn(&Gpu, &CudarcSlice<u32>, u32) -> Graph;
+    let builds: [(&str, Build, u32); 2] = [
+        ("a kernel node", |g, t, v| fill_graph(g, t, v), 0x0BAD_CAFE),
+        (
+            "a memset node",
+            |g, t, v| memset_graph(g, t, v),
+            0x0CAF_EBAD,
+        ),
+    ];
+    for (node, build, value) in builds {
+        // Control.
+        let target = zeroed(&cs);
+        let graph = build(&g, &target, value);
+        let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+        exec.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+        let got = cs.clone_dtoh(target.as_cudarc().unwrap()).unwrap();
+        assert_all(&got, value, &format!("control: the target of {node}"));
+        drop((exec, graph, target));
 
-    // Control.
-    let target = zeroed(&cs);
-    let graph = fill_graph(&g, &target, VALUE);
-    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
-    exec.launch(&stream).unwrap();
-    stream.synchronize().unwrap();
-    let got = cs.clone_dtoh(target.as_cudarc().unwrap()).unwrap();
-    assert_all(&got, VALUE, "control: the graph's target");
-    drop((exec, graph, target));
+        // The probe.
+        let target = zeroed(&cs);
+        let freed = target.device_ptr();
+        let graph = build(&g, &target, value);
+        drop(target);
+        let probe = probe_on(&cs);
+        let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+        exec.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+        let got = cs.clone_dtoh(&probe).unwrap();
+        assert_intact(
+            &format!("a CudarcSlice dropped after building a graph whose {node} writes it"),
+            freed,
+            address(&probe, &cs),
+            &got,
+            PATTERN,
+        );
+        let original = read_words(&g.device, freed, N as usize).unwrap();
+        assert_all(
+            &original,
+            value,
+            &format!("the dropped slice's memory, written by the graph's {node}"),
+        );
+        drop((exec, graph, probe));
+        g.device.synchronize().unwrap();
+    }
 
-    // The probe.
-    let target = zeroed(&cs);
-    let freed = target.device_ptr();
-    let graph = fill_graph(&g, &target, VALUE);
-    drop(target);
-    let probe = probe_on(&cs);
-    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
-    exec.launch(&stream).unwrap();
-    stream.synchronize().unwrap();
-    let got = cs.clone_dtoh(&probe).unwrap();
-    assert_intact(
-        "a CudarcSlice dropped after building a graph that writes it",
-        freed,
-        address(&probe, &cs),
-        &got,
-        PATTERN,
-    );
-    let original = read_words(&g.device, freed, N as usize).unwrap();
-    assert_all(
-        &original,
-        VALUE,
-        "the dropped slice's memory, written by the graph",
-    );
-
-    drop((exec, graph, probe));
-    g.device.synchronize().unwrap();
     ctx.check_err().expect("no error in cudarc's record");
     assert_no_drop_errors(&g.device);
 }
@@ -211,6 +243,9 @@ fn cudarc_slice_free_waits_for_a_kernel_on_another_stream() {
 /// handed back, cudarc's next work on the slice's stream follows the crate's. A late writer on
 /// stream A fills the slice; `into_inner` right after the launch, then cudarc copies the slice
 /// to the host on its own stream: it must read the late writer's value, not the zeros before it.
+/// Then read access while the crate keeps the slice: taken in again, a second late writer on A
+/// writes another value, and cudarc's copy through `as_cudarc` right after the launch, on the
+/// slice's stream, must read that value, not the first writer's.
 #[test]
 #[ignore = "needs a GPU"]
 fn into_inner_orders_cudarc_after_the_crates_work() {
@@ -242,10 +277,15 @@ fn into_inner_orders_cudarc_after_the_crates_work() {
     let got = cs.clone_dtoh(&slice).unwrap();
     assert_all(&got, LATE, "cudarc's copy after into_inner");
 
-    // Taken back in again: the crate's next work on it is in order too.
+    // Taken back in again: cudarc's read through as_cudarc follows the crate's next work.
     let target = CudarcSlice::new(slice).unwrap();
+    late_fill(&g, &a, &target, LATER);
     let got = cs.clone_dtoh(target.as_cudarc().unwrap()).unwrap();
-    assert_all(&got, LATE, "cudarc's copy through as_cudarc");
+    assert_all(
+        &got,
+        LATER,
+        "cudarc's copy through as_cudarc after a late writer",
+    );
     drop(target);
     a.synchronize().unwrap();
     g.device.synchronize().unwrap();
@@ -255,10 +295,12 @@ fn into_inner_orders_cudarc_after_the_crates_work() {
 
 /// A capture on a cudarc stream (`BorrowedStream::from_cudarc`) whose temporary is a graph
 /// allocation, with crate kernels on cudarc memory and a cudarc copy captured among them:
-/// `t = malloc_async; t = x; t += 1; y = t; free t; snapshot = x (cudarc's memcpy_dtod)`. The
-/// handle of `x` is dropped before the first launch (the graph keeps it: as a kernel operand,
-/// and through `as_cudarc` during the capture); three launches; `y` must be `x + 1` and the
-/// snapshot `x`.
+/// `t = malloc_async; t = x; t += 1; y = t; free t; snapshot = z (cudarc's memcpy_dtod)`. The
+/// graph keeps `x` as a kernel operand, and `z`, which only cudarc's captured copy reads, because
+/// `as_cudarc` was called during the capture. Both handles are dropped before the first launch,
+/// and two probes (cudarc allocations of the same size on the slices' stream, which stream order
+/// hands the freed memory at once) are filled with the pattern; three launches; `y` must be
+/// `x + 1` and the snapshot `z`, not values computed from the pattern, and the probes intact.
 #[test]
 #[ignore = "needs a GPU"]
 fn capture_on_a_cudarc_stream_keeps_cudarc_memory() {
@@ -268,8 +310,11 @@ fn capture_on_a_cudarc_stream_keeps_cudarc_memory() {
     let (ctx, cs) = cudarc_stream(&g);
     // SAFETY: no capture begun outside this crate records `cs`; no StreamAllocation is made on it.
     let stream = unsafe { BorrowedStream::from_cudarc(&cs, &g.device) }.unwrap();
+    const Z_BASE: u32 = 1000;
     let iota: Vec<u32> = (0..N as u32).collect();
+    let from_z: Vec<u32> = (0..N as u32).map(|i| Z_BASE + i).collect();
     let x = CudarcSlice::new(cs.clone_htod(&iota).unwrap()).unwrap();
+    let z = CudarcSlice::new(cs.clone_htod(&from_z).unwrap()).unwrap();
     let y = zeroed(&cs);
     // A plain cudarc slice: the captured cudarc copy's destination, which the graph does not
     // keep (cudarc's work is not seen by the crate): it outlives the executable graph here.
@@ -291,22 +336,43 @@ fn capture_on_a_cudarc_stream_keeps_cudarc_memory() {
             cap.launch(&g.k.copy, cfg, &KernelArgs::new().ptr(&y).ptr(&t).value(N))?;
         }
         cap.free_async(&t)?;
-        cs.memcpy_dtod(x.as_cudarc()?, &mut snapshot)?;
+        cs.memcpy_dtod(z.as_cudarc()?, &mut snapshot)?;
         Ok(())
     })
     .unwrap();
-    drop(x);
+    let (x_at, z_at) = (x.device_ptr(), z.device_ptr());
+    drop((x, z));
+    let probes = [probe_on(&cs), probe_on(&cs)];
     let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
     for _ in 0..3 {
         exec.launch(&stream).unwrap();
     }
     stream.synchronize().unwrap();
+    for (probe, (what, freed)) in probes.iter().zip([
+        ("x, a kernel operand of the captured graph", x_at),
+        ("z, read by cudarc's captured copy", z_at),
+    ]) {
+        let got = cs.clone_dtoh(probe).unwrap();
+        let at = address(probe, &cs);
+        let freed = if at == x_at || at == z_at { at } else { freed };
+        assert_intact(
+            &format!("a CudarcSlice dropped after a capture that uses it ({what})"),
+            freed,
+            at,
+            &got,
+            PATTERN,
+        );
+    }
     let got = cs.clone_dtoh(y.as_cudarc().unwrap()).unwrap();
-    assert_iota(&got, 1, "y = x + 1");
+    assert_iota(&got, 1, "y = x + 1 (x dropped before the launches)");
     let got = cs.clone_dtoh(&snapshot).unwrap();
-    assert_iota(&got, 0, "the snapshot cudarc copied from x");
+    assert_iota(
+        &got,
+        Z_BASE,
+        "the snapshot cudarc copied from z (dropped before the launches)",
+    );
 
-    drop((exec, graph, y));
+    drop((exec, graph, y, probes));
     g.device.synchronize().unwrap();
     drop(snapshot);
     ctx.check_err().expect("no error in cudarc's record");
