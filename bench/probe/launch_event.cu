@@ -6,11 +6,15 @@
 //   record     cudaGraphLaunch, then cudaEventRecord of one event (timing disabled)
 //   ring       cudaGraphLaunch, then cudaEventRecord of the next of 4 events in turn
 //   node       the graph ends in an event record node (after the last free), cudaGraphLaunch only
+//   write      cudaGraphLaunch, then cuStreamWriteValue64 of the launch's number into pinned host
+//              memory (a completion marker the host can read without an event)
+//   every8     cudaGraphLaunch, and cudaEventRecord after every 8th launch only
 // Prints, per way, the host time to queue a launch and the time until all are done, per launch
 // (medians of 9 rounds), and each way's done time over plain's, paired round by round.
 // Built and run on the GPU machine:
 //
-//   nvcc -O2 -o launch_event bench/probe/launch_event.cu && ./launch_event
+//   nvcc -O2 -o launch_event bench/probe/launch_event.cu -lcuda && ./launch_event
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <chrono>
@@ -33,8 +37,12 @@ __global__ void fill(unsigned *p, unsigned long long n, unsigned v) {
     if (i < n) p[i] = v;
 }
 
-enum Way { PLAIN, RECORD, RING, NODE, WAYS };
-static const char *NAMES[WAYS] = {"plain", "record", "ring", "node"};
+enum Way { PLAIN, RECORD, RING, NODE, WRITE, EVERY8, WAYS };
+static const char *NAMES[WAYS] = {"plain", "record", "ring", "node", "write", "every8"};
+
+// The pinned word `write` stores each launch's number into, and its device address.
+static volatile unsigned long long *marker;
+static CUdeviceptr marker_dev;
 
 struct Setup {
     cudaGraph_t g;
@@ -90,6 +98,13 @@ static std::pair<double, double> round_of(Setup &s, Way way, cudaStream_t st) {
         CK(cudaGraphLaunch(s.ex, st));
         if (way == RECORD) CK(cudaEventRecord(s.ev[0], st));
         if (way == RING) CK(cudaEventRecord(s.ev[i & 3], st));
+        if (way == WRITE &&
+            cuStreamWriteValue64((CUstream)st, marker_dev, i + 1, CU_STREAM_WRITE_VALUE_DEFAULT) !=
+                CUDA_SUCCESS) {
+            fprintf(stderr, "cuStreamWriteValue64 failed\n");
+            exit(1);
+        }
+        if (way == EVERY8 && (i & 7) == 7) CK(cudaEventRecord(s.ev[0], st));
     }
     auto t1 = std::chrono::steady_clock::now();
     CK(cudaStreamSynchronize(st));
@@ -107,6 +122,13 @@ int main() {
     CK(cudaSetDevice(0));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    void *host = nullptr;
+    CK(cudaHostAlloc(&host, sizeof(unsigned long long), cudaHostAllocMapped));
+    marker = (volatile unsigned long long *)host;
+    if (cuMemHostGetDevicePointer(&marker_dev, host, 0) != CUDA_SUCCESS) {
+        fprintf(stderr, "cuMemHostGetDevicePointer failed\n");
+        return 1;
+    }
     for (int k : {1, 10}) {
         Setup s[WAYS];
         for (int w = 0; w < WAYS; w++) {
@@ -131,5 +153,6 @@ int main() {
             destroy(s[w]);
         }
     }
+    printf("marker after the last round: %llu (1000 expected)\n", *marker);
     return 0;
 }
