@@ -121,13 +121,9 @@ fn refuse_without_concurrent_access(device: &Device) -> Result<()> {
 /// # fn main() -> Result<()> {
 /// let device = Device::get(0)?;
 /// let stream = Stream::new(&device)?;
-/// let kernels = Module::from_ptx(&device, kernels::PTX)?;
-/// let fill = kernels.function("fill_u32")?;
 /// let mut flag = ManagedBuffer::<u32>::zeroed(&device, 1)?;
-/// let args = KernelArgs::new().ptr(&flag).value(1u64).value(1u32);
-/// // SAFETY: fill_u32(u32* p, u64 n, u32 v) writes one value the flag holds.
-/// unsafe { fill.launch(&stream, LaunchConfig::for_elements(1, 32), &args)? };
-/// assert_eq!(flag.as_slice()?[0], 1); // waits for the kernel
+/// stream.memset_async(&flag, 1u32, 1)?; // GPU work on the flag, as a kernel would be
+/// assert_eq!(flag.as_slice()?[0], 1); // waits for the memset
 /// flag.as_mut_slice()?[0] = 0; // reset on the host, no copy
 /// # Ok(())
 /// # }

@@ -122,6 +122,8 @@ impl NodeRecord {
 struct Entry {
     /// The allocation; `None` in a record built by hand.
     handle: Option<GraphAllocation>,
+    /// Its id ([`GraphAllocation::id`]); 0 in a record built by hand.
+    id: u64,
     /// What a record built by hand calls it.
     description: String,
     /// Set by hand: another graph frees it too.
@@ -157,8 +159,10 @@ pub struct Record {
     graph: u64,
     pub(crate) nodes: Vec<NodeRecord>,
     allocations: Vec<Entry>,
-    /// Key of each allocation with a handle, by [`GraphAllocation::id`].
-    keys: IdMap<u64, u32>,
+    /// Key of each allocation with a handle, by [`GraphAllocation::id`]; made only once ids
+    /// stop rising with keys. While they rise (a graph's own alloc nodes make allocations in
+    /// order, with rising ids), a binary search over the entries finds a key.
+    keys: Option<IdMap<u64, u32>>,
     /// Whether a node allocates or frees.
     memory_nodes: bool,
 }
@@ -226,8 +230,26 @@ impl Record {
     /// The key of `allocation`, if a node of the record names it.
     #[must_use]
     pub fn key_of(&self, allocation: &GraphAllocation) -> Option<AllocKey> {
-        let k = *self.keys.get(&allocation.id())?;
-        Some(AllocKey(k as usize))
+        self.find(allocation.id())
+    }
+
+    /// The key of the allocation with id `id`.
+    #[inline]
+    fn find(&self, id: u64) -> Option<AllocKey> {
+        let k = match &self.keys {
+            Some(keys) => *keys.get(&id)? as usize,
+            None => {
+                let newest = self.allocations.last()?;
+                if id == newest.id {
+                    self.allocations.len() - 1
+                } else if id > newest.id {
+                    return None;
+                } else {
+                    self.allocations.binary_search_by_key(&id, |e| e.id).ok()?
+                }
+            }
+        };
+        Some(AllocKey(k))
     }
 
     /// The allocation of `key` for people: its description in a record built by hand, else
@@ -259,6 +281,7 @@ impl Record {
     pub fn add_allocation(&mut self, description: impl Into<String>) -> AllocKey {
         self.allocations.push(Entry {
             handle: None,
+            id: 0,
             description: description.into(),
             freed_elsewhere: false,
             roles: 0,
@@ -401,25 +424,39 @@ impl Record {
         if newest.is_some_and(|h| h.same(allocation)) {
             return AllocKey(self.allocations.len() - 1);
         }
-        let next = self.allocations.len() as u32;
-        let key = *self.keys.entry(allocation.id()).or_insert(next);
-        if key == next {
-            self.allocations.push(Entry {
-                handle: Some(allocation.clone()),
-                description: String::new(),
-                freed_elsewhere: false,
-                roles: 0,
-            });
+        let id = allocation.id();
+        if let Some(key) = self.find(id) {
+            return key;
         }
-        AllocKey(key as usize)
+        let key = self.allocations.len();
+        let rising = self.allocations.last().is_none_or(|e| e.id < id);
+        self.allocations.push(Entry {
+            handle: Some(allocation.clone()),
+            id,
+            description: String::new(),
+            freed_elsewhere: false,
+            roles: 0,
+        });
+        match &mut self.keys {
+            Some(keys) => {
+                keys.insert(id, key as u32);
+            }
+            None if rising => {}
+            None => {
+                let keys = self.allocations.iter().enumerate();
+                self.keys = Some(keys.map(|(k, e)| (e.id, k as u32)).collect());
+            }
+        }
+        AllocKey(key)
     }
 
     fn add_key(&mut self, node: usize, role: MemRole, key: AllocKey) {
         let refs = &mut self.nodes[node].refs;
-        if refs.contains(&(role, key)) {
-            return;
+        match refs {
+            Few::Empty => *refs = Few::One((role, key)),
+            _ if refs.contains(&(role, key)) => return,
+            _ => refs.push((role, key)),
         }
-        refs.push((role, key));
         if let Some(e) = self.allocations.get_mut(key.0) {
             e.roles |= role.bit();
         }
