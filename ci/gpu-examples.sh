@@ -10,7 +10,7 @@ dir=gpu-suite/examples-$v
 out=${OUT:-gpu-suite}
 failed=0
 for example in tour explicit_graph capture_fork_join outside_access auto_free_on_launch \
-               memory_reuse upload footprint peer_access lifetime_dot update_in_place while_loop cudarc_capture; do
+               memory_reuse upload footprint peer_access lifetime_dot update_in_place while_loop cudarc_capture graph_memory_nodes; do
   [ -x "$dir/$example" ] || { echo "=== $example: not packed"; failed=1; continue; }
   echo "=== $example"
   args=()
