@@ -365,11 +365,12 @@ fn child_graph_with_memory_nodes_moved_not_copied() {
             .unwrap();
         let record = parent.node(moved).unwrap();
         assert_eq!(record.kind(), NodeKind::ChildGraph);
-        assert_eq!(
-            record.refs().len(),
-            2,
-            "the child's alloc and free: {record:?}"
-        );
+        let memory_ops = record
+            .refs()
+            .iter()
+            .filter(|(role, _)| *role != cuda_graph::MemRole::Use)
+            .count();
+        assert_eq!(memory_ops, 2, "the child's alloc and free: {record:?}");
         assert!(parent.has_memory_nodes());
         parent.check().unwrap();
         let exec = parent.instantiate(InstantiateFlags::NONE).unwrap();
