@@ -1,13 +1,14 @@
 //! Memory pools for stream-ordered allocation, with peer access (G.7.2).
 
-use crate::alloc::{Access, device_location};
+use crate::alloc::{Access, MANAGED, device_location};
 use crate::device::Device;
 use crate::error::{Result, driver};
 use crate::handle::Handle;
 use crate::sys;
 
-/// An explicit memory pool of pinned device memory (`cuMemPoolCreate`), destroyed on drop.
-/// A capture that allocates from it records the pool's peer access at that moment.
+/// An explicit memory pool (`cuMemPoolCreate`) of pinned device memory ([`MemPool::new`]) or
+/// of managed memory ([`MemPool::new_managed`]), destroyed on drop. A capture that allocates
+/// from it records the pool's peer access at that moment.
 #[derive(Debug)]
 pub struct MemPool {
     raw: sys::CUmemoryPool,
@@ -27,14 +28,35 @@ impl MemPool {
     ///
     /// [`Device::bind`]'s errors; [`Error::Driver`](crate::Error::Driver) naming `cuMemPoolCreate`.
     pub fn new(device: &Device) -> Result<MemPool> {
+        MemPool::create(
+            device,
+            sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        )
+    }
+
+    /// A pool of managed memory located on `device` (`allocType` managed): its allocations,
+    /// stream-ordered ([`StreamAllocation::from_pool`](crate::StreamAllocation::from_pool)) or captured
+    /// ([`Capture::malloc_from_pool_async`](crate::Capture::malloc_from_pool_async)), are
+    /// managed memory, reached by the crate through their addresses only, as the pinned ones.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](MemPool::new)'s; drivers before CUDA 13.0 refuse the pool
+    /// ([`Error::Driver`](crate::Error::Driver) naming `cuMemPoolCreate`).
+    pub fn new_managed(device: &Device) -> Result<MemPool> {
+        MemPool::create(device, MANAGED)
+    }
+
+    fn create(device: &Device, kind: sys::CUmemAllocationType) -> Result<MemPool> {
         device.bind()?;
         let props = sys::CUmemPoolProps {
-            allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            allocType: kind,
             location: device_location(device),
             ..Default::default()
         };
         let mut raw = std::ptr::null_mut();
-        // SAFETY: out-pointer valid; props describe pinned device memory.
+        // SAFETY: out-pointer valid; props describe memory of `device` of a type the driver
+        // checks.
         driver!(unsafe { sys::cuMemPoolCreate(&mut raw, &props) })?;
         Ok(MemPool {
             raw,

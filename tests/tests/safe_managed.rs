@@ -228,3 +228,93 @@ fn managed_buffer_dropped_after_building_is_the_one_written() {
     }
     assert_no_drop_errors(device);
 }
+
+/// Whether the driver says `ptr` is managed memory (`CU_POINTER_ATTRIBUTE_IS_MANAGED`).
+fn is_managed(ptr: u64) -> bool {
+    use cuda_graph::sys;
+    let mut managed: u32 = 0;
+    // SAFETY: the attribute is a 4-byte boolean written to the out-pointer; `ptr` is mapped.
+    let code = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut managed as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            ptr,
+        )
+    };
+    assert_eq!(code, sys::CUresult::CUDA_SUCCESS, "cuPointerGetAttribute");
+    managed != 0
+}
+
+/// An alloc node of managed memory (`AllocParams::managed`): the graph fills it, copies it
+/// into a device buffer, and leaves it live (no free node); after the launch the driver says
+/// its address is managed memory, and the copy holds the fill. A pinned alloc node beside it
+/// is not managed: the attribute tells them apart.
+#[test]
+#[ignore = "needs a GPU"]
+fn managed_alloc_node_is_managed_memory() {
+    let Some(g) = gpu("managed_alloc_node_is_managed_memory") else {
+        return;
+    };
+    let device = &g.device;
+    let stream = Stream::new(device).unwrap();
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let mut graph = Graph::new(device).unwrap();
+    let params = cuda_graph::AllocParams::new(device, BYTES).label("managed");
+    let (alloc, managed) = graph.add_mem_alloc_node(&[], &params.managed()).unwrap();
+    let pinned_params = cuda_graph::AllocParams::new(device, BYTES).label("pinned");
+    let (_, pinned) = graph.add_mem_alloc_node(&[], &pinned_params).unwrap();
+    let fill = graph
+        .add_memset_node(&[alloc], &managed, 0x00C0_FFEE, N as usize)
+        .unwrap();
+    graph
+        .add_memcpy_node(&[fill], &out, &managed, BYTES)
+        .unwrap();
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert!(managed.is_live() && pinned.is_live());
+    assert!(is_managed(managed.ptr()), "the managed alloc node's memory");
+    assert!(!is_managed(pinned.ptr()), "the pinned alloc node's memory");
+    assert_all(
+        &out.to_vec().unwrap(),
+        0x00C0_FFEE,
+        "the copy of the managed allocation",
+    );
+    drop((exec, graph, managed, pinned));
+    assert_no_drop_errors(device);
+}
+
+/// A captured allocation from a managed pool (`MemPool::new_managed`): filled, copied out and
+/// freed in the capture; the copy holds the fill at every launch.
+#[test]
+#[ignore = "needs a GPU"]
+fn captured_allocation_from_a_managed_pool() {
+    use cuda_graph::{CaptureMode, MemPool, capture};
+    let Some(g) = gpu("captured_allocation_from_a_managed_pool") else {
+        return;
+    };
+    let device = &g.device;
+    let stream = Stream::new(device).unwrap();
+    let pool = MemPool::new_managed(device).unwrap();
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let (graph, ()) = capture(&stream, CaptureMode::Global, |cap| {
+        let a = cap.malloc_from_pool_async(&pool, BYTES)?;
+        cap.memset_async(&a, 0x5EED_u32, N as usize)?;
+        cap.memcpy_async(&out, &a, BYTES)?;
+        cap.free_async(&a)
+    })
+    .unwrap();
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    for launch in 0..3 {
+        out.copy_from(&vec![0; N as usize]).unwrap();
+        exec.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+        assert_all(
+            &out.to_vec().unwrap(),
+            0x5EED,
+            &format!("launch {launch}: the copy of the pool's allocation"),
+        );
+    }
+    drop((exec, graph, pool));
+    assert_no_drop_errors(device);
+}
