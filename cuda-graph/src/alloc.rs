@@ -59,13 +59,7 @@ pub struct AllocParams {
     pub(crate) device: Device,
     pub(crate) peers: Vec<(Device, Access)>,
     pub(crate) label: Option<String>,
-    pub(crate) managed: bool,
 }
-
-/// `CU_MEM_ALLOCATION_TYPE_MANAGED`, by value: the 13.0 headers name it, older ones do not,
-/// and the driver, not the headers, decides whether pools and alloc nodes of managed memory
-/// exist (drivers of CUDA 13.0 and newer accept them; older ones refuse the call).
-pub(crate) const MANAGED: sys::CUmemAllocationType = sys::CUmemAllocationType(2);
 
 impl AllocParams {
     /// `bytes` of memory resident on `device`.
@@ -76,20 +70,7 @@ impl AllocParams {
             device: device.clone(),
             peers: Vec::new(),
             label: None,
-            managed: false,
         }
-    }
-
-    /// Allocates managed memory (`poolProps.allocType = CU_MEM_ALLOCATION_TYPE_MANAGED`) instead
-    /// of pinned device memory, as cuda.core's managed alloc node does. The node, its lifetime
-    /// rules and the [`GraphAllocation`] are the same; the crate hands out the address only,
-    /// for the GPU (host access to graph memory is not offered: the graph frees and reuses it
-    /// on the GPU's timeline). Drivers before CUDA 13.0 refuse the node
-    /// ([`Error::Driver`](crate::Error::Driver) naming `cuGraphAddMemAllocNode`).
-    #[must_use = "returns the parameters with the change"]
-    pub fn managed(mut self) -> AllocParams {
-        self.managed = true;
-        self
     }
 
     /// Also maps the allocation for `peer` (an entry of `accessDescs`). The resident device needs
@@ -121,11 +102,10 @@ impl AllocParams {
     /// The pool properties of the guide: pinned memory resident on the device.
     pub(crate) fn pool_props(&self) -> sys::CUmemPoolProps {
         sys::CUmemPoolProps {
-            allocType: if self.managed {
-                MANAGED
-            } else {
-                sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED
-            },
+            // Pinned only: driver 580 accepts an alloc node of allocation type managed, but
+            // its memory is not managed memory (`CU_POINTER_ATTRIBUTE_IS_MANAGED` is 0 after
+            // the launch), so the crate offers none.
+            allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
             location: device_location(&self.device),
             ..Default::default()
         }

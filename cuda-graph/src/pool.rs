@@ -1,10 +1,15 @@
 //! Memory pools for stream-ordered allocation, with peer access (G.7.2).
 
-use crate::alloc::{Access, MANAGED, device_location};
+use crate::alloc::{Access, device_location};
 use crate::device::Device;
 use crate::error::{Result, driver};
 use crate::handle::Handle;
 use crate::sys;
+
+/// `CU_MEM_ALLOCATION_TYPE_MANAGED`, by value: the 13.0 headers name it, older ones do not,
+/// and the driver, not the headers, decides whether pools of managed memory exist (drivers of
+/// CUDA 13.0 and newer make them; older ones refuse the call).
+const MANAGED: sys::CUmemAllocationType = sys::CUmemAllocationType(2);
 
 /// An explicit memory pool (`cuMemPoolCreate`) of pinned device memory ([`MemPool::new`]) or
 /// of managed memory ([`MemPool::new_managed`]), destroyed on drop. A capture that allocates

@@ -245,42 +245,43 @@ fn is_managed(ptr: u64) -> bool {
     managed != 0
 }
 
-/// An alloc node of managed memory (`AllocParams::managed`): the graph fills it, copies it
-/// into a device buffer, and leaves it live (no free node); after the launch the driver says
-/// its address is managed memory, and the copy holds the fill. A pinned alloc node beside it
-/// is not managed: the attribute tells them apart.
+/// Allocations from a managed pool (`MemPool::new_managed`), stream-ordered: the driver says
+/// their address is managed memory, and one from the device's default pool beside them is not;
+/// a stream memset and a copy into a device buffer see the memory like any other.
 #[test]
 #[ignore = "needs a GPU"]
-fn managed_alloc_node_is_managed_memory() {
-    let Some(g) = gpu("managed_alloc_node_is_managed_memory") else {
+fn managed_pool_allocations_are_managed_memory() {
+    use cuda_graph::{DeviceAddress, MemPool, StreamAllocation};
+    let Some(g) = gpu("managed_pool_allocations_are_managed_memory") else {
         return;
     };
     let device = &g.device;
     let stream = Stream::new(device).unwrap();
-    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
-    let mut graph = Graph::new(device).unwrap();
-    let params = cuda_graph::AllocParams::new(device, BYTES).label("managed");
-    let (alloc, managed) = graph.add_mem_alloc_node(&[], &params.managed()).unwrap();
-    let pinned_params = cuda_graph::AllocParams::new(device, BYTES).label("pinned");
-    let (_, pinned) = graph.add_mem_alloc_node(&[], &pinned_params).unwrap();
-    let fill = graph
-        .add_memset_node(&[alloc], &managed, 0x00C0_FFEE, N as usize)
-        .unwrap();
-    graph
-        .add_memcpy_node(&[fill], &out, &managed, BYTES)
-        .unwrap();
-    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
-    exec.launch(&stream).unwrap();
+    let pool = MemPool::new_managed(device).unwrap();
+    let managed = StreamAllocation::from_pool(&stream, &pool, BYTES).unwrap();
+    let plain = StreamAllocation::new(&stream, BYTES).unwrap();
     stream.synchronize().unwrap();
-    assert!(managed.is_live() && pinned.is_live());
-    assert!(is_managed(managed.ptr()), "the managed alloc node's memory");
-    assert!(!is_managed(pinned.ptr()), "the pinned alloc node's memory");
+    assert!(
+        is_managed(managed.device_ptr()),
+        "an allocation from the managed pool"
+    );
+    assert!(
+        !is_managed(plain.device_ptr()),
+        "an allocation from the default pool"
+    );
+    let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    stream
+        .memset_async(&managed, 0x00C0_FFEE_u32, N as usize)
+        .unwrap();
+    stream.memcpy_async(&out, &managed, BYTES).unwrap();
+    stream.synchronize().unwrap();
     assert_all(
         &out.to_vec().unwrap(),
         0x00C0_FFEE,
         "the copy of the managed allocation",
     );
-    drop((exec, graph, managed, pinned));
+    drop((managed, plain, pool));
+    stream.synchronize().unwrap();
     assert_no_drop_errors(device);
 }
 
