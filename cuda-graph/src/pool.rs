@@ -48,6 +48,24 @@ impl MemPool {
     ///
     /// As [`new`](MemPool::new)'s; drivers before CUDA 13.0 refuse the pool
     /// ([`Error::Driver`](crate::Error::Driver) naming `cuMemPoolCreate`).
+    ///
+    /// ```no_run
+    /// # use cuda_graph::*;
+    /// # fn main() -> Result<()> {
+    /// let device = Device::get(0)?;
+    /// let stream = Stream::new(&device)?;
+    /// let pool = MemPool::new_managed(&device)?;
+    /// // A temporary of the graph, from the managed pool: allocated, filled, freed in the capture.
+    /// let (graph, ()) = capture(&stream, CaptureMode::Global, |cap| {
+    ///     let scratch = cap.malloc_from_pool_async(&pool, 1 << 20)?;
+    ///     cap.memset_async(&scratch, 0u32, 1 << 18)?;
+    ///     cap.free_async(&scratch)
+    /// })?;
+    /// graph.instantiate(InstantiateFlags::NONE)?.launch(&stream)?;
+    /// stream.synchronize()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new_managed(device: &Device) -> Result<MemPool> {
         MemPool::create(device, MANAGED)
     }
