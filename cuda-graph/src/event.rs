@@ -230,6 +230,22 @@ impl Drop for EventInner {
     }
 }
 
+/// An event to record after work about to be queued: `reuse` when it is held nowhere else
+/// (taken out of the option), else a new one (`reuse` left as it was). Made before the work is
+/// queued, so that a failure to make it leaves nothing queued and unmarked.
+pub(crate) fn spare_event(device: &Device, reuse: &mut Option<Arc<Event>>) -> Result<Arc<Event>> {
+    match reuse.take() {
+        Some(event) if Arc::strong_count(&event) == 1 => Ok(event),
+        other => {
+            *reuse = other;
+            Ok(Arc::new(Event::with_flags(
+                device,
+                EventFlags::DISABLE_TIMING,
+            )?))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::duration_from_ms;

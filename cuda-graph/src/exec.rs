@@ -7,6 +7,7 @@ use crate::alloc::GraphAllocation;
 use crate::deferred;
 use crate::device::Device;
 use crate::error::{AllocationRef, Error, Result, UpdateRefusal, check, driver};
+use crate::event::spare_event;
 use crate::flags::flag_set;
 use crate::graph::{Graph, Node};
 use crate::handle::Handle;
@@ -15,9 +16,8 @@ use crate::keep::KeepList;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::node_kind::NodeKind;
 use crate::record::{ALLOCATES, FREES, MemRole, Record, USES};
-use crate::stream::AsStream;
+use crate::stream::{AsStream, Mark, StreamTail};
 use crate::sys;
-use crate::uses::spare_event;
 
 /// The launch, as [`Error::InDoubt`] names it.
 const LAUNCH: &str = "ExecGraph::launch";
@@ -199,6 +199,7 @@ impl Graph {
             node_keeps: Vec::new(),
             in_doubt: std::cell::Cell::new(false),
             last_launch: std::cell::RefCell::new(None),
+            unmarked_on: std::cell::RefCell::new(None),
             events: std::cell::RefCell::new(Vec::new()),
             unfreed_at,
             frees_at,
@@ -296,10 +297,16 @@ pub struct ExecGraph {
     /// A launch was queued whose end cannot be known (its event record failed and the stream
     /// could not be waited for): nothing it refers to is ever released.
     in_doubt: std::cell::Cell<bool>,
-    /// An event recorded after the latest launch. Launches of one executable graph run one after
-    /// another (`cuGraphLaunch`: each is ordered behind the previous launches of the graph), so
-    /// once it has completed no launch can use what `keep` holds.
+    /// An event recorded after a launch: the latest one, unless `unmarked_on` is set. Launches
+    /// of one executable graph run one after another (`cuGraphLaunch`: each is ordered behind
+    /// the previous launches of the graph), so once the latest launch has completed, no launch
+    /// can use what `keep` holds.
     last_launch: std::cell::RefCell<Option<Arc<crate::event::Event>>>,
+    /// The owned stream of the latest launch, when that launch is not marked yet: a launch of a
+    /// graph that uses nothing outside itself (the fast path) records no event; the event is
+    /// recorded on this stream when the launches' end matters (`release_after_last_launch`),
+    /// or by the stream when it is destroyed first ([`StreamTail`]).
+    unmarked_on: std::cell::RefCell<Option<Arc<StreamTail>>>,
     instantiated: Option<Arc<AtomicBool>>,
     _tracked: crate::live_objects::Tracked,
 }
@@ -358,6 +365,16 @@ impl ExecGraph {
                 .instantiated
                 .is_some()
                 .then(crate::uses::hold_order_lock);
+            if let Some(tail) = stream.tail() {
+                // SAFETY: both handles are live.
+                driver!(unsafe { sys::cuGraphLaunch(self.raw, stream.as_raw_stream()) })?;
+                // Marked later, on this stream: see `unmarked_on`.
+                let mut unmarked_on = self.unmarked_on.borrow_mut();
+                if !unmarked_on.as_ref().is_some_and(|t| Arc::ptr_eq(t, tail)) {
+                    *unmarked_on = Some(tail.clone());
+                }
+                return Ok(());
+            }
             let mut last = self.last_launch.borrow_mut();
             // Made before the launch, so that a failure to make it leaves nothing queued.
             let event = spare_event(&self.device, &mut last)?;
@@ -368,6 +385,10 @@ impl ExecGraph {
             // or never recorded.
             if marked.is_ok() || last.is_none() {
                 *last = Some(event);
+            }
+            if marked.is_ok() {
+                // After this launch, so after every earlier one.
+                *self.unmarked_on.borrow_mut() = None;
             }
             if let Err(e) = marked {
                 self.after_unmarked(&mut [], stream);
@@ -465,6 +486,7 @@ impl ExecGraph {
             pool.push(event.clone());
         }
         *self.last_launch.borrow_mut() = Some(event.clone());
+        *self.unmarked_on.borrow_mut() = None;
         self.mark(&mut states, id, Some(&event));
         for host in &mut hosts {
             host.used_by_launch(id, &event);
@@ -715,7 +737,8 @@ impl ExecGraph {
 
     /// Lets go of `keep` once the launches queued so far are done (at once when there were
     /// none). After a launch whose end is unknown ([`Error::InDoubt`]), never: it is kept for
-    /// the rest of the process, and the error recorded.
+    /// the rest of the process, and the error recorded. An unmarked latest launch is marked now,
+    /// or, while its stream captures, by the queued release once the capture has ended.
     fn release_after_last_launch<T: Send + 'static>(&self, keep: T) {
         if self.in_doubt.get() {
             self.device
@@ -723,11 +746,48 @@ impl ExecGraph {
             std::mem::forget(keep);
             return;
         }
-        let last_launch = self.last_launch.borrow().clone();
+        let mut last_launch = self.last_launch.borrow_mut();
+        let mut pending = self.unmarked_on.borrow_mut().take();
+        if let Some(tail) = &pending {
+            let mut spare = last_launch.take();
+            match tail.mark(&mut spare) {
+                Mark::Event(event) => *last_launch = Some(event),
+                Mark::Done => {}
+                Mark::NotNow => {
+                    // Still unmarked, for this graph's later releases too.
+                    *last_launch = spare;
+                    *self.unmarked_on.borrow_mut() = pending.clone();
+                }
+                Mark::Unknown(e) => {
+                    self.in_doubt.set(true);
+                    self.device.record(Err(e));
+                    std::mem::forget(keep);
+                    return;
+                }
+            }
+            if self.unmarked_on.borrow().is_none() {
+                pending = None;
+            }
+        }
+        let mut last = last_launch.clone();
+        drop(last_launch);
         let device = self.device.clone();
         let mut keep = Some(keep);
         deferred::release_after(self.device.ordinal(), move || {
-            if let Some(event) = &last_launch {
+            if let Some(tail) = &pending {
+                match tail.mark(&mut None) {
+                    Mark::NotNow => return false,
+                    Mark::Event(event) => last = Some(event),
+                    Mark::Done => last = None,
+                    Mark::Unknown(e) => {
+                        device.record(Err(e));
+                        std::mem::forget(keep.take());
+                        return true;
+                    }
+                }
+                pending = None;
+            }
+            if let Some(event) = &last {
                 match event.is_complete() {
                     Ok(false) => return false,
                     Ok(true) => {}

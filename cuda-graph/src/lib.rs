@@ -123,10 +123,19 @@
 //! (memset, memcpy, kernel arguments passed with [`KernelArgs::ptr`]), the memory of every
 //! [`PinnedBuffer`] a memcpy node copies to or from, every allocation of its
 //! alloc nodes, host closures, events, and child graphs' lists; [`Capture`] keeps the same for
-//! captured calls. Every [`ExecGraph`] made from the graph holds the list too, and records an
-//! event after each launch; dropped, it destroys the executable graph (CUDA defers
+//! captured calls. Every [`ExecGraph`] made from the graph holds the list too, and marks its
+//! launches with an event; dropped, it destroys the executable graph (CUDA defers
 //! `cuGraphExecDestroy` for launches in flight) and lets go of the list once the event after its
-//! last launch has completed (launches of one executable graph run one after another). Shared ownership was chosen over lifetimes because
+//! last launch has completed (launches of one executable graph run one after another). A graph
+//! that uses nothing outside itself, launched on an owned [`Stream`], records that event only
+//! when it is needed (the drop, an update, a node's new parameters), on the stream of the
+//! latest launch: an event recorded later still completes after the launch. The stream's own
+//! drop records it first when it comes first, and while the stream captures the release waits
+//! for the capture to end (`tests/attack_new.rs`: the `lazy_mark` tests; `tests/soundness.rs`:
+//! `launch_marked_after_its_stream_is_dropped_keeps_what_it_uses`,
+//! `launch_marked_while_its_stream_captures_keeps_what_it_uses`). On a [`BorrowedStream`],
+//! whose owner may destroy it at any time, and for graphs that use allocations outside
+//! themselves or host-visible memory, the event is recorded after each launch. Shared ownership was chosen over lifetimes because
 //! an executable graph outlives the borrow of anything it was built from, and a launch outlives
 //! the executable graph. Safe functions that hand an address, handle or closure to the driver,
 //! and what keeps it valid:

@@ -2,6 +2,7 @@
 //! `OwnedFd`/`BorrowedFd`.
 
 use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
 
 use crate::deferred;
 use crate::device::Device;
@@ -154,6 +155,8 @@ pub struct Stream {
     device: Device,
     /// Whether this value destroys `raw` on drop (false once given up by `into_raw`).
     owns_raw: bool,
+    /// Shared with the executable graphs whose latest launch on it is not marked yet.
+    tail: Arc<StreamTail>,
     _tracked: crate::live_objects::Tracked,
 }
 
@@ -188,6 +191,7 @@ impl Stream {
             raw,
             device: device.clone(),
             owns_raw: true,
+            tail: StreamTail::new(raw, device),
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Stream),
         })
     }
@@ -211,6 +215,7 @@ impl Stream {
             raw,
             device: device.clone(),
             owns_raw: true,
+            tail: StreamTail::new(raw, device),
             _tracked: crate::live_objects::Tracked::new(crate::live_objects::Kind::Stream),
         }
     }
@@ -240,10 +245,13 @@ impl Stream {
     }
 
     /// Gives up ownership: the caller destroys the stream. A capture a forgotten guard left
-    /// open on it is ended first, as on drop.
+    /// open on it is ended first, as on drop, and the launches queued on it are marked for the
+    /// executable graphs that wait for them (an event recorded now; while the stream still takes
+    /// part in a capture, what those launches use is kept for the rest of the process).
     #[must_use = "the handle is no longer destroyed on drop: destroy it, or it leaks"]
     pub fn into_raw(mut self) -> sys::CUstream {
         self.end_forgotten_capture();
+        self.tail.seal();
         self.owns_raw = false;
         self.raw
     }
@@ -281,12 +289,136 @@ impl OwnedHandle for Stream {
 }
 
 mod sealed {
+    use std::sync::Arc;
+
     /// Implemented by the crate's streams only.
-    pub trait Sealed {}
+    pub trait Sealed {
+        /// The tail of an owned stream, which lets its work be marked after the fact; `None`
+        /// for a borrowed one, whose handle may be destroyed by its owner at any time.
+        fn tail(&self) -> Option<&Arc<super::StreamTail>> {
+            None
+        }
+    }
 }
 
-impl sealed::Sealed for Stream {}
+impl sealed::Sealed for Stream {
+    fn tail(&self) -> Option<&Arc<StreamTail>> {
+        Some(&self.tail)
+    }
+}
 impl sealed::Sealed for BorrowedStream<'_> {}
+
+/// The part of an owned [`Stream`] that work queued on it shares, so that the work can be
+/// marked after it was queued: an executable graph holds its stream's tail instead of recording
+/// an event after every launch, and records one only when it must know its launches are done
+/// ([`StreamTail::mark`]; an event recorded later completes after everything queued before it).
+///
+/// The handle stays valid for such a record: the stream is destroyed only after its tail is
+/// sealed, which records one last event for the holders when any hold it, so that a mark after
+/// the stream's drop gets that event. (`pub` only to appear in the sealed trait; not exported.)
+#[derive(Debug)]
+pub struct StreamTail {
+    raw: usize,
+    device: Device,
+    /// Set once the stream is destroyed or given up ([`StreamTail::seal`]).
+    sealed: Mutex<Option<Mark>>,
+}
+
+/// What is known of the work queued on a stream up to some point.
+#[derive(Debug, Clone)]
+pub(crate) enum Mark {
+    /// An event recorded after it.
+    Event(Arc<Event>),
+    /// It is done.
+    Done,
+    /// Nothing, for now: the stream captures (an event recorded now would be captured), or the
+    /// stream cannot be waited for here; ask again later.
+    NotNow,
+    /// Nothing, ever: neither recorded after nor waited for (the error says why). What the work
+    /// uses must be kept for the rest of the process.
+    Unknown(Error),
+}
+
+impl StreamTail {
+    fn new(raw: sys::CUstream, device: &Device) -> Arc<StreamTail> {
+        Arc::new(StreamTail {
+            raw: raw as usize,
+            device: device.clone(),
+            sealed: Mutex::new(None),
+        })
+    }
+
+    /// Marks the work queued on the stream so far: an event recorded now (`spare` when it is
+    /// held nowhere else), or the seal's mark once the stream is gone.
+    pub(crate) fn mark(&self, spare: &mut Option<Arc<Event>>) -> Mark {
+        let sealed = self.sealed.lock().unwrap_or_else(|e| e.into_inner());
+        match &*sealed {
+            Some(mark) => mark.clone(),
+            None => self.record(spare),
+        }
+    }
+
+    /// Records an event on the live stream (the caller holds `sealed`, so the stream is not
+    /// destroyed meanwhile); where recording fails, waits for the stream instead.
+    fn record(&self, spare: &mut Option<Arc<Event>>) -> Mark {
+        let raw = self.raw as sys::CUstream;
+        if let Err(e) = self.device.bind() {
+            return Mark::Unknown(e);
+        }
+        match raw_capture_status(raw) {
+            Ok(CaptureStatus::None) => {}
+            Ok(_) => return Mark::NotNow,
+            Err(e) => return Mark::Unknown(e),
+        }
+        // An idle stream needs no event (and what waits can go at once). Only where a release
+        // may run: a capture of this crate that forbids releases may forbid the query too.
+        if deferred::release_allowed() {
+            // SAFETY: the stream is live and does not capture.
+            if unsafe { sys::cuStreamQuery(raw) } == sys::CUresult::CUDA_SUCCESS {
+                return Mark::Done;
+            }
+        }
+        if let Ok(event) = crate::event::spare_event(&self.device, spare) {
+            // SAFETY: both handles are live (the stream until sealed); the stream does not
+            // capture, so the record is not captured.
+            if driver!(unsafe { sys::cuEventRecord(event.as_raw(), raw) }).is_ok() {
+                return Mark::Event(event);
+            }
+        }
+        if !deferred::release_allowed() {
+            // A capture of this crate forbids the synchronize: the queue asks again after it.
+            return Mark::NotNow;
+        }
+        // SAFETY: the stream is live and does not capture.
+        match driver!(unsafe { sys::cuStreamSynchronize(raw) }) {
+            Ok(()) => Mark::Done,
+            Err(e) => Mark::Unknown(e),
+        }
+    }
+
+    /// Marks the work queued so far for the holders, if any, before the stream's handle is
+    /// destroyed or given up; later marks get this one. The caller has checked that the stream
+    /// does not capture (else the mark is [`Mark::Unknown`]).
+    fn seal(self: &Arc<Self>) {
+        let mut sealed = self.sealed.lock().unwrap_or_else(|e| e.into_inner());
+        if sealed.is_some() {
+            return;
+        }
+        // Only the stream holds it: no launch waits to be marked, and none can be queued on
+        // the stream any more.
+        let mark = if Arc::strong_count(self) == 1 {
+            Mark::Done
+        } else {
+            match self.record(&mut None) {
+                Mark::NotNow => Mark::Unknown(Error::InDoubt {
+                    queued_by: "ExecGraph::launch",
+                }),
+                mark => mark,
+            }
+        };
+        *sealed = Some(mark);
+    }
+}
 
 impl AsStream for Stream {
     fn as_raw_stream(&self) -> sys::CUstream {
@@ -308,13 +440,14 @@ impl Drop for Stream {
         }
         self.end_forgotten_capture();
         deferred::flush_if_queued();
-        let (raw, device) = (self.raw as usize, self.device.clone());
+        let (raw, device, tail) = (self.raw as usize, self.device.clone(), self.tail.clone());
         let ordinal = device.ordinal();
         let destroy = move || {
             let raw = raw as sys::CUstream;
             if !matches!(raw_capture_status(raw), Ok(CaptureStatus::None)) {
                 return false;
             }
+            tail.seal();
             // SAFETY: owned and destroyed once; the driver finishes queued work first.
             device.record(driver!(unsafe { sys::cuStreamDestroy(raw) }));
             true

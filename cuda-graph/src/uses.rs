@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::device::Device;
 use crate::error::{Error, Result, driver};
-use crate::event::{Event, EventFlags};
+use crate::event::{Event, spare_event};
 use crate::stream::AsStream;
 use crate::sys;
 
@@ -35,22 +35,6 @@ pub(crate) struct StreamUses {
     /// use can be ordered after that work, so every [`wait_on`](StreamUses::wait_on) fails and
     /// the memory is kept for the rest of the process.
     in_doubt: Option<&'static str>,
-}
-
-/// An event to record after work about to be queued: `reuse` when it is held nowhere else
-/// (taken out of the option), else a new one (`reuse` left as it was). Made before the work is
-/// queued, so that a failure to make it leaves nothing queued and unmarked.
-pub(crate) fn spare_event(device: &Device, reuse: &mut Option<Arc<Event>>) -> Result<Arc<Event>> {
-    match reuse.take() {
-        Some(event) if Arc::strong_count(&event) == 1 => Ok(event),
-        other => {
-            *reuse = other;
-            Ok(Arc::new(Event::with_flags(
-                device,
-                EventFlags::DISABLE_TIMING,
-            )?))
-        }
-    }
 }
 
 /// An event recorded after some work: `event` on `stream`, or a new one. An event held

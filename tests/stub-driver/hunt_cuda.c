@@ -580,6 +580,33 @@ static void *gpu_main(void *arg)
 /* Queues work on stream `stream` (its key, 0: none); returns its sequence number. With
  * HUNT_ORDER and a `snapshot`, copies the stream's clock there after the item (an event
  * recorded by it). Not under `big`. */
+/* The last work item issued on each stream (under `wq`), for cuStreamQuery; once the table is
+ * full, streams not in it count every item issued. */
+#define QUERY_STREAMS 256
+static uintptr_t query_keys[QUERY_STREAMS];
+static unsigned long long query_seqs[QUERY_STREAMS];
+static int query_n, query_full;
+static void note_stream_seq(uintptr_t stream, unsigned long long seq)
+{
+    for (int i = 0; i < query_n; i++)
+        if (query_keys[i] == stream) {
+            query_seqs[i] = seq;
+            return;
+        }
+    if (query_n == QUERY_STREAMS) {
+        query_full = 1;
+        return;
+    }
+    query_keys[query_n] = stream;
+    query_seqs[query_n++] = seq;
+}
+static unsigned long long last_seq_on(uintptr_t stream)
+{
+    for (int i = 0; i < query_n; i++)
+        if (query_keys[i] == stream)
+            return query_seqs[i];
+    return query_full ? issued : 0;
+}
 static unsigned long long enqueue_on(uintptr_t stream, int work, void *a, const struct op *op, const char *what,
                                      unsigned long long *snapshot)
 {
@@ -605,6 +632,8 @@ static unsigned long long enqueue_on(uintptr_t stream, int work, void *a, const 
     tail = it;
     unsigned long long seq = ++issued;
     it->seq = seq;
+    if (stream)
+        note_stream_seq(stream, seq);
     if (order_enabled() && stream) {
         it->stream = stream;
         int i = order_index(stream);
@@ -1009,6 +1038,24 @@ CUresult cuStreamSynchronize(CUstream s)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     wait_all();
     return OK;
+}
+/* Done when the last work item issued on the stream has run (the queue runs in issue order, so
+ * every earlier item of the stream has run too). */
+CUresult cuStreamQuery(CUstream s)
+{
+    MAYBE_FAIL();
+    lock_big(__func__);
+    int ok = check_stream(s, "cuStreamQuery");
+    int c = capturing(s);
+    pthread_mutex_unlock(&big);
+    if (!ok)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (c)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    pthread_mutex_lock(&wq);
+    int idle = done >= last_seq_on(stream_key(s));
+    pthread_mutex_unlock(&wq);
+    return idle ? OK : CUDA_ERROR_NOT_READY;
 }
 CUresult cuStreamGetId(CUstream s, unsigned long long *id)
 {

@@ -207,6 +207,7 @@ CUresult cuStreamCreateWithPriority(void **s, unsigned flags, int priority)
 }
 CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
 CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+CUresult cuStreamQuery(void *s) { (void)s; return 0; }
 CUresult cuStreamBeginCapture_v2(void *s, int mode)
 {
     (void)mode;

@@ -35,7 +35,7 @@
 
 mod hunt_common;
 
-use hunt_common::{fail_next, hunt_errors, isolated, stall};
+use hunt_common::{fail_next, hunt_errors, isolated, settle, stall};
 
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -589,7 +589,9 @@ fn during_global_capture(d: &Device, body: impl FnOnce()) {
 /// driver is called, and a failed record after the launch leaves what the launch uses kept and
 /// in doubt, never released or freed under it. Before, both fell back to a synchronize, which
 /// the capture refused (the stub reports it under `HUNT_GLOBAL_CAPTURE`), and the error was
-/// ignored: the launch counted as done.
+/// ignored: the launch counted as done. The graph without memory nodes is launched on a
+/// borrowed stream, where each launch is marked as it is queued (on an owned one the mark is
+/// recorded later: the `lazy_mark` tests below).
 fn unmarked_launch_body() {
     let d = Device::get(0).unwrap();
     let s = Stream::new(&d).unwrap();
@@ -608,13 +610,16 @@ fn unmarked_launch_body() {
             "expected a {call} error: {r:?}"
         );
     };
+    let borrowed = s.borrow();
     during_global_capture(&d, || {
-        for launch in [&exec, &consumer_exec] {
-            fail_next(c"cuEventCreate");
-            failed(launch.launch(&s), "cuEventCreate");
-            fail_next(c"cuEventRecord");
-            failed(launch.launch(&s), "cuEventRecord");
-        }
+        fail_next(c"cuEventCreate");
+        failed(exec.launch(&borrowed), "cuEventCreate");
+        fail_next(c"cuEventRecord");
+        failed(exec.launch(&borrowed), "cuEventRecord");
+        fail_next(c"cuEventCreate");
+        failed(consumer_exec.launch(&s), "cuEventCreate");
+        fail_next(c"cuEventRecord");
+        failed(consumer_exec.launch(&s), "cuEventRecord");
     });
     assert_eq!(
         hunt_errors(),
@@ -658,6 +663,146 @@ fn launch_whose_event_fails_during_a_global_capture_is_never_counted_done() {
         "launch_whose_event_fails_during_a_global_capture_is_never_counted_done",
         &[("HUNT_GLOBAL_CAPTURE", "1")],
         unmarked_launch_body,
+    );
+}
+
+/// A graph of one memset of a stream allocation made on `other` and dropped once the node is
+/// added: the graph keeps it, and its release queues its `cuMemFreeAsync` on `other`, ordered
+/// only by the crate's marks after the graph's launches. Under `HUNT_ORDER` the stub reports a
+/// release that does not wait for them (a stream-ordered free overtaking queued work on another
+/// stream), which a `DeviceBuffer` would not show: `cuMemFree` waits for the device.
+fn stream_allocation_graph(d: &Device, other: &Stream) -> Graph {
+    let a = StreamAllocation::new(other, BYTES).unwrap();
+    let mut g = Graph::new(d).unwrap();
+    g.add_memset_node(&[], &a, 7, WORDS).unwrap();
+    drop(a);
+    g
+}
+
+/// Every stub work item takes 100 ms, and stream order is checked.
+const SLOW_ORDERED: &[(&str, &str)] = &[
+    ("HUNT_DELAY_US", "100000"),
+    ("HUNT_DELAY_FIXED", "1"),
+    ("HUNT_ORDER", "1"),
+];
+
+/// A graph that uses nothing outside itself, launched on an owned stream: no event is recorded
+/// per launch; its stream records one when it is destroyed first, and the executable graph's
+/// drop gets that one. The stream is dropped with three launches queued (the stub runs them
+/// later), then the graph and the executable graph: what the graph keeps must be released only
+/// after the launches ran, and then without another call from the program.
+fn lazy_mark_stream_dropped_body() {
+    let d = Device::get(0).unwrap();
+    let other = Stream::new(&d).unwrap();
+    let s = Stream::new(&d).unwrap();
+    let g = stream_allocation_graph(&d, &other);
+    let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
+    for _ in 0..3 {
+        exec.launch(&s).unwrap();
+    }
+    drop(s);
+    drop(g);
+    drop(exec);
+    settle("the memset's allocation released", || {
+        cuda_graph::live_objects().stream_allocations == 0
+    });
+    other.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+    assert_eq!(d.drop_errors().count, 0, "{:?}", d.drop_errors());
+}
+
+#[test]
+fn lazy_mark_of_a_launch_whose_stream_was_dropped_waits_for_it() {
+    isolated(
+        "lazy_mark_of_a_launch_whose_stream_was_dropped_waits_for_it",
+        SLOW_ORDERED,
+        lazy_mark_stream_dropped_body,
+    );
+}
+
+/// The same launches, their stream still alive but capturing (a relaxed capture of this crate,
+/// which lets releases run) when the executable graph is dropped: an event recorded then would
+/// be captured, so the release waits for the capture to end. While it lasts the allocation
+/// stays; after it, the allocation is released once the launches ran.
+fn lazy_mark_capturing_body() {
+    let d = Device::get(0).unwrap();
+    let other = Stream::new(&d).unwrap();
+    let s = Stream::new(&d).unwrap();
+    let g = stream_allocation_graph(&d, &other);
+    let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
+    for _ in 0..3 {
+        exec.launch(&s).unwrap();
+    }
+    let cap = Capture::begin(&s, CaptureMode::Relaxed).unwrap();
+    drop(g);
+    drop(exec);
+    std::thread::sleep(Duration::from_millis(20));
+    flush_deferred();
+    assert_eq!(
+        cuda_graph::live_objects().stream_allocations,
+        1,
+        "the allocation was released while its launches' stream captured"
+    );
+    drop(cap.end().unwrap());
+    settle("the memset's allocation released", || {
+        cuda_graph::live_objects().stream_allocations == 0
+    });
+    other.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+    assert_eq!(d.drop_errors().count, 0, "{:?}", d.drop_errors());
+}
+
+#[test]
+fn lazy_mark_while_the_stream_captures_waits_for_the_capture() {
+    isolated(
+        "lazy_mark_while_the_stream_captures_waits_for_the_capture",
+        SLOW_ORDERED,
+        lazy_mark_capturing_body,
+    );
+}
+
+/// The executable graph dropped while another thread captures in `Global` mode, with the
+/// mark's event failing to be made and then to be recorded: no synchronize may run then (the
+/// stub refuses and reports one under `HUNT_GLOBAL_CAPTURE`), so the release waits for the
+/// capture to end and marks the launches then; nothing is in doubt and nothing is released
+/// before the launches ran.
+fn lazy_mark_failing_body() {
+    let d = Device::get(0).unwrap();
+    let other = Stream::new(&d).unwrap();
+    let s = Stream::new(&d).unwrap();
+    for failing in [c"cuEventCreate", c"cuEventRecord"] {
+        let g = stream_allocation_graph(&d, &other);
+        let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
+        for _ in 0..3 {
+            exec.launch(&s).unwrap();
+        }
+        drop(g);
+        during_global_capture(&d, || {
+            fail_next(failing);
+            drop(exec);
+            assert_eq!(
+                cuda_graph::live_objects().stream_allocations,
+                1,
+                "released during the capture"
+            );
+        });
+        settle("the memset's allocation released", || {
+            cuda_graph::live_objects().stream_allocations == 0
+        });
+    }
+    other.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+    assert_eq!(d.drop_errors().count, 0, "{:?}", d.drop_errors());
+}
+
+#[test]
+fn lazy_mark_that_cannot_be_recorded_during_a_global_capture_waits_for_it() {
+    let mut env = vec![("HUNT_GLOBAL_CAPTURE", "1")];
+    env.extend_from_slice(SLOW_ORDERED);
+    isolated(
+        "lazy_mark_that_cannot_be_recorded_during_a_global_capture_waits_for_it",
+        &env,
+        lazy_mark_failing_body,
     );
 }
 

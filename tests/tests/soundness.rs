@@ -1442,6 +1442,103 @@ fn stream_allocation_drop_waits_for_a_graph_on_another_stream() {
     );
 }
 
+/// The graph of the lazy-mark tests: a spin of about 50 ms, then a memset of `VALUE` into `dst`,
+/// a stream allocation of another stream (`s2`), dropped once the node is added: the graph keeps
+/// it, and its release queues its free on `s2`, ordered after the graph's launches only by the
+/// mark the crate records after them.
+fn spin_then_memset(gpu: &Gpu, s2: &Stream) -> (Graph, sys::CUdeviceptr) {
+    const VALUE: u32 = 0x1A2B_3C4D;
+    let dst = StreamAllocation::new(s2, BYTES).unwrap();
+    let at = dst.device_ptr();
+    s2.synchronize().unwrap();
+    let mut graph = Graph::new(&gpu.device).unwrap();
+    let spin_node = add_spin_node(&mut graph, &[], &gpu.k.spin_then_fill, SPIN_50_MS);
+    graph
+        .add_memset_node(&[spin_node], &dst, VALUE, N as usize)
+        .unwrap();
+    drop(dst);
+    (graph, at)
+}
+
+/// A launch on an owned stream records no event; the mark is recorded when its executable
+/// graph lets go of what the nodes refer to. Here the stream is dropped first, with the launch
+/// still spinning: its drop records the mark before destroying the stream. Then the graph and
+/// the executable graph are dropped, a probe allocation of the same size on `s2` is filled
+/// with the pattern, and the late memset must not reach it. Control: the same with the stream
+/// alive (marked at the executable graph's drop).
+#[test]
+#[ignore = "needs a GPU"]
+fn launch_marked_after_its_stream_is_dropped_keeps_what_it_uses() {
+    let Some(gpu) =
+        safe_common::gpu("launch_marked_after_its_stream_is_dropped_keeps_what_it_uses")
+    else {
+        return;
+    };
+    let device = &gpu.device;
+    let s2 = stream(device);
+    for drop_stream_first in [false, true] {
+        let s = stream(device);
+        let (graph, freed) = spin_then_memset(&gpu, &s2);
+        let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+        exec.launch(&s).unwrap();
+        if drop_stream_first {
+            drop(s);
+            drop((exec, graph));
+        } else {
+            drop((exec, graph));
+            drop(s);
+        }
+        let probe = StreamAllocation::new(&s2, BYTES).unwrap();
+        fill(&gpu, &s2, &probe, PATTERN);
+        let got = read_words(device, probe.device_ptr(), N as usize).unwrap();
+        assert_intact(
+            if drop_stream_first {
+                "a launch whose stream was dropped before its executable graph"
+            } else {
+                "control: a launch whose executable graph was dropped before its stream"
+            },
+            freed,
+            probe.device_ptr(),
+            &got,
+            PATTERN,
+        );
+    }
+    assert_no_drop_errors(device);
+}
+
+/// The same launch, its stream capturing (a relaxed capture, which lets releases run) when the
+/// executable graph is dropped: a mark recorded then would be a node of the captured graph,
+/// so the release waits for the capture to end. The probe is filled during the capture and
+/// checked after it.
+#[test]
+#[ignore = "needs a GPU"]
+fn launch_marked_while_its_stream_captures_keeps_what_it_uses() {
+    let Some(gpu) = safe_common::gpu("launch_marked_while_its_stream_captures_keeps_what_it_uses")
+    else {
+        return;
+    };
+    let device = &gpu.device;
+    let s2 = stream(device);
+    let s = stream(device);
+    let (graph, freed) = spin_then_memset(&gpu, &s2);
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(&s).unwrap();
+    let cap = Capture::begin(&s, CaptureMode::Relaxed).unwrap();
+    drop((exec, graph));
+    let probe = StreamAllocation::new(&s2, BYTES).unwrap();
+    fill(&gpu, &s2, &probe, PATTERN);
+    drop(cap.end().unwrap());
+    let got = read_words(device, probe.device_ptr(), N as usize).unwrap();
+    assert_intact(
+        "a launch whose executable graph was dropped while its stream captured",
+        freed,
+        probe.device_ptr(),
+        &got,
+        PATTERN,
+    );
+    assert_no_drop_errors(device);
+}
+
 /// One mapping per address: a graph whose allocation escapes is instantiated with
 /// AutoFreeOnLaunch, launched and synchronized; its `ExecGraph` is dropped (the allocation
 /// stays live, G.3.3); the same graph is instantiated again and uploaded. That must be refused
