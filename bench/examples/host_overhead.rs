@@ -16,11 +16,13 @@
 //! segments alloc → kernel, no free, AutoFreeOnLaunch), which the safe API launches on its slow
 //! path.
 //!
-//! Updates (`update`, `update-raw`; the same stub, which adds `cuMemAlloc` for the buffer): the
-//! benchmark's kernel chain (k kernel nodes `add_u32(buffer, n, v)`, each after the previous
-//! one, no memory nodes) built and instantiated once, then ROUNDS times rebuilt with new values
-//! and the executable graph updated from it (`ExecGraph::update`, `cuGraphExecUpdate`), the
-//! graph dropped after. Only the update is timed; it is called through [`safe_update`] and
+//! Updates (`update`, `update-raw`; the same stub, which adds `cuMemAlloc` for the buffer and
+//! `cuEventQuery`): the benchmark's kernel chain (k kernel nodes `add_u32(buffer, n, v)`, each
+//! after the previous one, no memory nodes) built and instantiated once, then ROUNDS times, as
+//! the benchmark's steps do, rebuilt with new values, the executable graph updated from it
+//! (`ExecGraph::update`, `cuGraphExecUpdate`) and launched, the graph dropped after (the stub
+//! reports every launch complete, as the benchmark's are by the next update). Only the update
+//! is timed; it is called through [`safe_update`] and
 //! [`raw_update`], which a profiler counts alone (`callgrind --toggle-collect=*_update`).
 //!
 //! Usage: `host_overhead PATH K ROUNDS`, PATH one of safe, unchecked, raw, captured,
@@ -241,12 +243,13 @@ fn launches(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<
 }
 
 /// Builds the kernel chain of `k` nodes and instantiates it, then `rounds` times rebuilds it
-/// with the round's values and updates the executable graph from it, dropping the graph after;
-/// the mean time of the update per node.
+/// with the round's values, updates the executable graph from it and launches it, dropping the
+/// graph after; the mean time of the update per node.
 fn updates(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f64> {
     let module = Module::from_ptx(device, cuda_graph::kernels::PTX)?;
     let add = module.function("add_u32")?;
     let config = LaunchConfig::for_elements(ELEMENTS, 256);
+    let stream = Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0)?;
     let buffer = DeviceBuffer::<u32>::zeroed(device, ELEMENTS as usize)?;
     let mut elapsed = std::time::Duration::ZERO;
     match path {
@@ -259,6 +262,7 @@ fn updates(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f
                 safe_update(&mut exec, &graph)?;
                 elapsed += start.elapsed();
                 drop(graph);
+                exec.launch(&stream)?;
             }
         }
         Path::UpdateRaw => {
@@ -287,11 +291,18 @@ fn updates(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f
                 elapsed += start.elapsed();
                 // SAFETY: made by raw_add_chain, destroyed once.
                 let _ = unsafe { sys::cuGraphDestroy(graph) };
+                if result.is_ok() {
+                    result = ok(
+                        // SAFETY: both handles are live.
+                        unsafe { sys::cuGraphLaunch(exec, stream.as_raw_stream()) },
+                        "cuGraphLaunch",
+                    );
+                }
                 if result.is_err() {
                     break;
                 }
             }
-            // SAFETY: made above, destroyed once; nothing was launched.
+            // SAFETY: made above, destroyed once (the driver defers it while launches run).
             let _ = unsafe { sys::cuGraphExecDestroy(exec) };
             result?;
         }

@@ -1,8 +1,9 @@
 /*
  * The do-nothing driver of tests/stub-driver/null_cuda.c, with the calls a launch needs that it
  * lacks: cuGraphLaunch, and for the safe API's slow launch path (graphs whose allocations
- * escape) cuEventRecord and cuStreamWaitEvent; and, for the update paths' buffer (a
- * DeviceBuffer), cuMemAlloc, cuMemsetD8 and cuMemFree. Like the rest of the stub, they do no
+ * escape) cuEventRecord and cuStreamWaitEvent; and, for the update paths, cuEventQuery (every
+ * event is complete) and, for their buffer (a DeviceBuffer), cuMemAlloc, cuMemsetD8 and
+ * cuMemFree. Like the rest of the stub, they do no
  * work and return CUDA_SUCCESS, so what remains of a launch or an update is what the caller
  * does on the host. bench/host-overhead/run.sh builds this for the host_overhead example's
  * launch and update paths.
@@ -16,6 +17,7 @@ CUresult cuStreamWaitEvent(void *stream, void *event, unsigned flags)
     (void)stream; (void)event; (void)flags;
     return 0;
 }
+CUresult cuEventQuery(void *event) { (void)event; return 0; }
 CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes)
 {
     (void)bytes;

@@ -6,8 +6,8 @@
 # launches, against the same stub with the launch calls added (launch_stub.c): the explicit
 # chain (the safe API's fast launch path) and the escaping chain (k allocations escape each
 # launch: its slow path), each through cuGraphLaunch alone and through the safe API. Then
-# updates of the kernel chain (k kernel nodes, no memory nodes), rebuilt every round, through
-# cuGraphExecUpdate alone and through the safe API (ExecGraph::update).
+# updates of the kernel chain (k kernel nodes, no memory nodes), rebuilt and launched every
+# round, through cuGraphExecUpdate alone and through the safe API (ExecGraph::update).
 #
 #   bench/host-overhead/run.sh            # instructions per segment / launch / node (valgrind), and time
 #   KS="1 100" PATHS="safe captured" LAUNCH_PATHS="escaping-raw escaping" bench/host-overhead/run.sh
@@ -73,10 +73,11 @@ if [ -n "$launch_paths" ]; then
 fi
 
 # Updates: per node of the chain. Each round rebuilds the chain, updates the executable graph
-# from it and drops the graph. Only the update is counted: callgrind collects inside the
-# example's safe_update / raw_update alone (what ExecGraph::update lets go of, the previous
-# graph's keep list, is let go of inside it: nothing was launched), and the difference between
-# two round counts, per round and node, is the figure. The time is the update call's alone.
+# from it, drops the graph and launches. Only the update is counted: callgrind collects inside
+# the example's safe_update / raw_update alone (what ExecGraph::update lets go of, the previous
+# graph's keep list, is let go of inside it: the stub reports the launch before complete), and
+# the difference between two round counts, per round and node, is the figure. The time is the
+# update call's alone.
 update_paths=${UPDATE_PATHS-update-raw update}
 [ -n "$update_paths" ] || exit 0
 echo
