@@ -586,6 +586,9 @@ impl ExecGraph {
         if allocations {
             graph.check()?;
         }
+        // Read before the driver's update, which walks its own structures, while the build
+        // has just written the list.
+        let host_memory = host_memory_in(&graph.keep);
         self.device.bind()?;
         let mut info = sys::CUgraphExecUpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
@@ -607,7 +610,7 @@ impl ExecGraph {
         // What the previous nodes refer to stays until the launches queued so far are done,
         // and so do the settings of single nodes, which the update replaced.
         let previous = std::mem::replace(&mut self.keep, graph.keep.clone());
-        self.host_memory = host_memory_in(&self.keep);
+        self.host_memory = host_memory;
         let settings = std::mem::take(&mut self.node_keeps);
         self.release_after_last_launch((previous, settings));
         // Without memory nodes on either side, only the other graphs' allocations it uses change
