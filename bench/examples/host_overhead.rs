@@ -16,9 +16,19 @@
 //! segments alloc → kernel, no free, AutoFreeOnLaunch), which the safe API launches on its slow
 //! path.
 //!
+//! Updates (`update`, `update-raw`; the same stub, which adds `cuMemAlloc` for the buffer and
+//! `cuEventQuery`): the benchmark's kernel chain (k kernel nodes `add_u32(buffer, n, v)`, each
+//! after the previous one, no memory nodes) built and instantiated once, then ROUNDS times, as
+//! the benchmark's steps do, rebuilt with new values, the executable graph updated from it
+//! (`ExecGraph::update`, `cuGraphExecUpdate`) and launched, the graph dropped after (the stub
+//! reports every launch complete, as the benchmark's are by the next update). Only the update
+//! is timed; it is called through [`safe_update`] and
+//! [`raw_update`], which a profiler counts alone (`callgrind --toggle-collect=*_update`).
+//!
 //! Usage: `host_overhead PATH K ROUNDS`, PATH one of safe, unchecked, raw, captured,
-//! captured-raw (prints the mean time per segment) or launch, launch-raw, escaping,
-//! escaping-raw (the mean time per launch). With no usable driver it prints one line and exits 2.
+//! captured-raw (prints the mean time per segment), launch, launch-raw, escaping,
+//! escaping-raw (the mean time per launch) or update, update-raw (the mean time of the update
+//! per node). With no usable driver it prints one line and exits 2.
 
 use std::ffi::c_void;
 use std::process::ExitCode;
@@ -26,8 +36,8 @@ use std::ptr::{null, null_mut};
 use std::time::Instant;
 
 use cuda_graph::{
-    AllocParams, AsStream, CaptureMode, Device, Function, Graph, InstantiateFlags, KernelArgs,
-    LaunchConfig, Module, Node, Stream, StreamFlags, capture, sys,
+    AllocParams, AsStream, CaptureMode, Device, DeviceBuffer, ExecGraph, Function, Graph, Handle,
+    InstantiateFlags, KernelArgs, LaunchConfig, Module, Node, Stream, StreamFlags, capture, sys,
 };
 
 const BYTES: usize = 1 << 18;
@@ -49,6 +59,10 @@ enum Path {
     Escaping,
     /// The same through `cuGraphLaunch`.
     EscapingRaw,
+    /// The kernel chain rebuilt and updated through the safe API (`ExecGraph::update`).
+    Update,
+    /// The same in raw calls (`cuGraphExecUpdate`).
+    UpdateRaw,
 }
 
 impl Path {
@@ -59,9 +73,14 @@ impl Path {
             Path::Launch | Path::LaunchRaw | Path::Escaping | Path::EscapingRaw
         )
     }
+
+    /// Whether the path rebuilds the kernel chain (and updates from it).
+    fn updates(self) -> bool {
+        matches!(self, Path::Update | Path::UpdateRaw)
+    }
 }
 
-const USAGE: &str = "usage: host_overhead PATH K ROUNDS (K at least 1); PATH: safe, unchecked, raw, captured, captured-raw (build + instantiate, per segment), launch, launch-raw, escaping, escaping-raw (launches, per launch)";
+const USAGE: &str = "usage: host_overhead PATH K ROUNDS (K at least 1); PATH: safe, unchecked, raw, captured, captured-raw (build + instantiate, per segment), launch, launch-raw, escaping, escaping-raw (launches, per launch), update, update-raw (updates of the kernel chain, per node)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -77,6 +96,8 @@ fn main() -> ExitCode {
                 "launch-raw" => Some(Path::LaunchRaw),
                 "escaping" => Some(Path::Escaping),
                 "escaping-raw" => Some(Path::EscapingRaw),
+                "update" => Some(Path::Update),
+                "update-raw" => Some(Path::UpdateRaw),
                 _ => None,
             };
             path.zip(k.parse::<u32>().ok().filter(|&k| k > 0))
@@ -99,6 +120,8 @@ fn main() -> ExitCode {
     };
     let result = if path.launches() {
         launches(&device, path, k, rounds).map(|ns| (ns, "launch"))
+    } else if path.updates() {
+        updates(&device, path, k, rounds).map(|ns| (ns, "node of the update"))
     } else {
         run(&device, path, k, rounds).map(|ns| (ns, "segment"))
     };
@@ -141,6 +164,9 @@ fn run(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f64> 
             Path::CapturedRaw => raw_captured_chain(&stream, &fill, config, k)?,
             Path::Launch | Path::LaunchRaw | Path::Escaping | Path::EscapingRaw => {
                 anyhow::bail!("launch paths are timed by `launches`")
+            }
+            Path::Update | Path::UpdateRaw => {
+                anyhow::bail!("update paths are timed by `updates`")
             }
         }
     }
@@ -214,6 +240,181 @@ fn launches(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<
         }
         _ => anyhow::bail!("not a launch path"),
     }
+}
+
+/// Builds the kernel chain of `k` nodes and instantiates it, then `rounds` times rebuilds it
+/// with the round's values, updates the executable graph from it and launches it, dropping the
+/// graph after; the mean time of the update per node.
+fn updates(device: &Device, path: Path, k: u32, rounds: u32) -> anyhow::Result<f64> {
+    let module = Module::from_ptx(device, cuda_graph::kernels::PTX)?;
+    let add = module.function("add_u32")?;
+    let config = LaunchConfig::for_elements(ELEMENTS, 256);
+    let stream = Stream::with_flags(device, StreamFlags::NON_BLOCKING, 0)?;
+    let buffer = DeviceBuffer::<u32>::zeroed(device, ELEMENTS as usize)?;
+    let mut elapsed = std::time::Duration::ZERO;
+    match path {
+        Path::Update => {
+            let mut exec = safe_add_chain(device, &add, config, &buffer, k, 0)?
+                .instantiate(InstantiateFlags::NONE)?;
+            for step in 1..=rounds {
+                let graph = safe_add_chain(device, &add, config, &buffer, k, step)?;
+                let start = Instant::now();
+                safe_update(&mut exec, &graph)?;
+                elapsed += start.elapsed();
+                drop(graph);
+                exec.launch(&stream)?;
+            }
+        }
+        Path::UpdateRaw => {
+            let first = raw_add_chain(&add, config, buffer.as_raw(), k, 0)?;
+            let mut exec = null_mut();
+            let instantiated = ok(
+                // SAFETY: valid out-pointer; the graph is live.
+                unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, first, 0) },
+                "cuGraphInstantiateWithFlags",
+            );
+            // SAFETY: made by raw_add_chain, destroyed once; the executable graph does not
+            // need it.
+            let _ = unsafe { sys::cuGraphDestroy(first) };
+            instantiated?;
+            let mut result = Ok(());
+            for step in 1..=rounds {
+                let graph = match raw_add_chain(&add, config, buffer.as_raw(), k, step) {
+                    Ok(graph) => graph,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                };
+                let start = Instant::now();
+                result = raw_update(exec, graph);
+                elapsed += start.elapsed();
+                // SAFETY: made by raw_add_chain, destroyed once.
+                let _ = unsafe { sys::cuGraphDestroy(graph) };
+                if result.is_ok() {
+                    result = ok(
+                        // SAFETY: both handles are live.
+                        unsafe { sys::cuGraphLaunch(exec, stream.as_raw_stream()) },
+                        "cuGraphLaunch",
+                    );
+                }
+                if result.is_err() {
+                    break;
+                }
+            }
+            // SAFETY: made above, destroyed once (the driver defers it while launches run).
+            let _ = unsafe { sys::cuGraphExecDestroy(exec) };
+            result?;
+        }
+        _ => anyhow::bail!("not an update path"),
+    }
+    let nodes = f64::from(rounds) * f64::from(k);
+    Ok(elapsed.as_nanos() as f64 / nodes.max(1.0))
+}
+
+/// `ExecGraph::update`, not inlined: the function a profiler singles out.
+#[inline(never)]
+fn safe_update(exec: &mut ExecGraph, graph: &Graph) -> cuda_graph::Result<()> {
+    exec.update(graph)
+}
+
+/// `cuGraphExecUpdate`, as `src/raw_path.rs` calls it, not inlined.
+#[inline(never)]
+fn raw_update(exec: sys::CUgraphExec, graph: sys::CUgraph) -> anyhow::Result<()> {
+    let mut info = sys::CUgraphExecUpdateResultInfo {
+        result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+        errorNode: null_mut(),
+        errorFromNode: null_mut(),
+    };
+    ok(
+        // SAFETY: both handles are live; `info` is a valid out-pointer.
+        unsafe { sys::cuGraphExecUpdate_v2(exec, graph, &mut info) },
+        "cuGraphExecUpdate",
+    )
+}
+
+/// The kernel chain of step `step` through the safe API, as `src/safe_path.rs` builds it: `k`
+/// nodes `add_u32(buffer, n, step + i)`, each after the previous one.
+fn safe_add_chain(
+    device: &Device,
+    add: &Function,
+    config: LaunchConfig,
+    buffer: &DeviceBuffer<u32>,
+    k: u32,
+    step: u32,
+) -> cuda_graph::Result<Graph> {
+    let mut graph = Graph::new(device)?;
+    let mut prev: Option<Node> = None;
+    for i in 0..k {
+        let args = KernelArgs::new()
+            .ptr(buffer)
+            .value(ELEMENTS)
+            .value(step.wrapping_add(i));
+        // SAFETY: add_u32(unsigned* p, unsigned long long n, unsigned v) over the buffer's n
+        // values; the buffer outlives the graphs.
+        prev = Some(unsafe { graph.add_kernel_node(prev.as_slice(), add, config, &args)? });
+    }
+    Ok(graph)
+}
+
+/// The same kernel chain in raw driver calls, as `src/raw_path.rs` writes it. On an error the
+/// graph is destroyed.
+fn raw_add_chain(
+    add: &Function,
+    config: LaunchConfig,
+    buffer: sys::CUdeviceptr,
+    k: u32,
+    step: u32,
+) -> anyhow::Result<sys::CUgraph> {
+    let mut graph = null_mut();
+    ok(
+        // SAFETY: valid out-pointer; flags must be 0.
+        unsafe { sys::cuGraphCreate(&mut graph, 0) },
+        "cuGraphCreate",
+    )?;
+    let mut prev: sys::CUgraphNode = null_mut();
+    let mut result = Ok(());
+    for i in 0..k {
+        let (deps, count) = if prev.is_null() {
+            (null(), 0)
+        } else {
+            (&raw const prev, 1)
+        };
+        let (mut p, mut n, mut v) = (buffer, ELEMENTS, step.wrapping_add(i));
+        let mut args: [*mut c_void; 3] = [
+            (&raw mut p).cast(),
+            (&raw mut n).cast(),
+            (&raw mut v).cast(),
+        ];
+        let kernel_params = sys::CUDA_KERNEL_NODE_PARAMS {
+            func: add.as_raw(),
+            gridDimX: config.grid.0,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: config.block.0,
+            blockDimY: 1,
+            blockDimZ: 1,
+            kernelParams: args.as_mut_ptr(),
+            ..Default::default()
+        };
+        let mut kernel = null_mut();
+        // SAFETY: valid out-pointer; `deps` holds `count` nodes of this graph; the arguments
+        // match add_u32 and outlive the call.
+        result = ok(
+            unsafe { sys::cuGraphAddKernelNode(&mut kernel, graph, deps, count, &kernel_params) },
+            "cuGraphAddKernelNode",
+        );
+        if result.is_err() {
+            break;
+        }
+        prev = kernel;
+    }
+    if let Err(e) = result {
+        // SAFETY: made above, destroyed once.
+        let _ = unsafe { sys::cuGraphDestroy(graph) };
+        return Err(e);
+    }
+    Ok(graph)
 }
 
 /// The escaping chain through the safe API, as `src/safe_path.rs` builds it: k segments

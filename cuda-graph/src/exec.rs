@@ -602,8 +602,15 @@ impl ExecGraph {
         if self.instantiated.is_some() || graph.has_memory_nodes() {
             return Err(refused(UpdateRefusal::MemoryNodes));
         }
-        graph.check()?;
-        let roles = Roles::of(&graph.record);
+        // A record without allocations passes the checks whatever its shape: no node can use
+        // or free one (`Graph::check`), so the pass over its nodes is skipped.
+        let allocations = graph.record.allocation_count() != 0;
+        if allocations {
+            graph.check()?;
+        }
+        // Read before the driver's update, which walks its own structures, while the build
+        // has just written the list.
+        let host_memory = host_memory_in(&graph.keep);
         self.device.bind()?;
         let mut info = sys::CUgraphExecUpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
@@ -625,14 +632,24 @@ impl ExecGraph {
         // What the previous nodes refer to stays until the launches queued so far are done,
         // and so do the settings of single nodes, which the update replaced.
         let previous = std::mem::replace(&mut self.keep, graph.keep.clone());
-        self.host_memory = host_memory_in(&self.keep);
+        self.host_memory = host_memory;
         let settings = std::mem::take(&mut self.node_keeps);
         self.release_after_last_launch((previous, settings));
-        // Without memory nodes on either side, only the other graphs' allocations it uses change.
-        let (locked, [uses_at]) = locked_order([&roles.foreign_uses]);
-        self.foreign_uses = roles.foreign_uses;
-        self.locked = locked;
-        self.uses_at = uses_at;
+        // Without memory nodes on either side, only the other graphs' allocations it uses change
+        // (those `Roles::of` puts in `foreign_uses`). `locked` holds the allocations of all three
+        // lists: when it is empty and `graph` has none, nothing changes.
+        if allocations || !self.locked.is_empty() {
+            let foreign_uses: Vec<GraphAllocation> = graph
+                .record
+                .allocations_with_roles()
+                .filter(|&(_, bits)| bits == USES)
+                .map(|(allocation, _)| allocation.clone())
+                .collect();
+            let (locked, [uses_at]) = locked_order([&foreign_uses]);
+            self.foreign_uses = foreign_uses;
+            self.locked = locked;
+            self.uses_at = uses_at;
+        }
         Ok(())
     }
 

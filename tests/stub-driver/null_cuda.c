@@ -157,6 +157,16 @@ CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long flags
     return 0;
 }
 CUresult cuGraphExecDestroy(void *e) { drop_holder(e); return 0; }
+/* CUgraphExecUpdateResultInfo: the result (0: CU_GRAPH_EXEC_UPDATE_SUCCESS), then the node
+ * the driver names and its dependency. The update always succeeds and changes nothing. */
+CUresult cuGraphExecUpdate_v2(void *e, void *g, void *info)
+{
+    (void)e; (void)g;
+    struct { int result; void *error_node, *error_from_node; } *out = info;
+    out->result = 0;
+    out->error_node = out->error_from_node = NULL;
+    return 0;
+}
 CUresult cuGraphAddEmptyNode(void **n, void *g, void *deps, size_t count)
 {
     (void)g; (void)deps; (void)count;
