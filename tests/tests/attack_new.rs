@@ -679,6 +679,27 @@ fn stream_allocation_graph(d: &Device, other: &Stream) -> Graph {
     g
 }
 
+/// `stream_allocation_graph`'s executable graph, launched three times on `s` (its graph dropped).
+fn launched_three_times(d: &Device, other: &Stream, s: &Stream) -> cuda_graph::ExecGraph {
+    let g = stream_allocation_graph(d, other);
+    let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
+    for _ in 0..3 {
+        exec.launch(s).unwrap();
+    }
+    exec
+}
+
+/// Waits until the graph's stream allocation is released, then asserts that the stub saw no
+/// misuse (a release before the launches ran, under `HUNT_ORDER`) and no drop error was met.
+fn assert_released_after_the_launches(d: &Device, other: &Stream) {
+    settle("the memset's allocation released", || {
+        cuda_graph::live_objects().stream_allocations == 0
+    });
+    other.synchronize().unwrap();
+    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
+    assert_eq!(d.drop_errors().count, 0, "{:?}", d.drop_errors());
+}
+
 /// Every stub work item takes 100 ms, and stream order is checked.
 const SLOW_ORDERED: &[(&str, &str)] = &[
     ("HUNT_DELAY_US", "100000"),
@@ -695,20 +716,10 @@ fn lazy_mark_stream_dropped_body() {
     let d = Device::get(0).unwrap();
     let other = Stream::new(&d).unwrap();
     let s = Stream::new(&d).unwrap();
-    let g = stream_allocation_graph(&d, &other);
-    let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
-    for _ in 0..3 {
-        exec.launch(&s).unwrap();
-    }
+    let exec = launched_three_times(&d, &other, &s);
     drop(s);
-    drop(g);
     drop(exec);
-    settle("the memset's allocation released", || {
-        cuda_graph::live_objects().stream_allocations == 0
-    });
-    other.synchronize().unwrap();
-    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
-    assert_eq!(d.drop_errors().count, 0, "{:?}", d.drop_errors());
+    assert_released_after_the_launches(&d, &other);
 }
 
 #[test]
@@ -728,13 +739,8 @@ fn lazy_mark_capturing_body() {
     let d = Device::get(0).unwrap();
     let other = Stream::new(&d).unwrap();
     let s = Stream::new(&d).unwrap();
-    let g = stream_allocation_graph(&d, &other);
-    let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
-    for _ in 0..3 {
-        exec.launch(&s).unwrap();
-    }
+    let exec = launched_three_times(&d, &other, &s);
     let cap = Capture::begin(&s, CaptureMode::Relaxed).unwrap();
-    drop(g);
     drop(exec);
     std::thread::sleep(Duration::from_millis(20));
     flush_deferred();
@@ -744,12 +750,7 @@ fn lazy_mark_capturing_body() {
         "the allocation was released while its launches' stream captured"
     );
     drop(cap.end().unwrap());
-    settle("the memset's allocation released", || {
-        cuda_graph::live_objects().stream_allocations == 0
-    });
-    other.synchronize().unwrap();
-    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
-    assert_eq!(d.drop_errors().count, 0, "{:?}", d.drop_errors());
+    assert_released_after_the_launches(&d, &other);
 }
 
 #[test]
@@ -771,12 +772,7 @@ fn lazy_mark_failing_body() {
     let other = Stream::new(&d).unwrap();
     let s = Stream::new(&d).unwrap();
     for failing in [c"cuEventCreate", c"cuEventRecord"] {
-        let g = stream_allocation_graph(&d, &other);
-        let exec = g.instantiate(InstantiateFlags::NONE).unwrap();
-        for _ in 0..3 {
-            exec.launch(&s).unwrap();
-        }
-        drop(g);
+        let exec = launched_three_times(&d, &other, &s);
         during_global_capture(&d, || {
             fail_next(failing);
             drop(exec);
@@ -786,13 +782,8 @@ fn lazy_mark_failing_body() {
                 "released during the capture"
             );
         });
-        settle("the memset's allocation released", || {
-            cuda_graph::live_objects().stream_allocations == 0
-        });
+        assert_released_after_the_launches(&d, &other);
     }
-    other.synchronize().unwrap();
-    assert_eq!(hunt_errors(), 0, "the stub reported misuse");
-    assert_eq!(d.drop_errors().count, 0, "{:?}", d.drop_errors());
 }
 
 #[test]

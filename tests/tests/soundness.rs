@@ -1460,6 +1460,16 @@ fn spin_then_memset(gpu: &Gpu, s2: &Stream) -> (Graph, sys::CUdeviceptr) {
     (graph, at)
 }
 
+/// The reuse probe of the lazy-mark tests: a stream allocation of `BYTES` on `s2`, filled with
+/// the pattern while the launch still spins, must hold it once the device is done.
+#[track_caller]
+fn assert_probe_intact(gpu: &Gpu, s2: &Stream, freed: sys::CUdeviceptr, what: &str) {
+    let probe = StreamAllocation::new(s2, BYTES).unwrap();
+    fill(gpu, s2, &probe, PATTERN);
+    let got = read_words(&gpu.device, probe.device_ptr(), N as usize).unwrap();
+    assert_intact(what, freed, probe.device_ptr(), &got, PATTERN);
+}
+
 /// A launch on an owned stream records no event; the mark is recorded when its executable
 /// graph lets go of what the nodes refer to. Here the stream is dropped first, with the launch
 /// still spinning: its drop records the mark before destroying the stream. Then the graph and
@@ -1488,20 +1498,12 @@ fn launch_marked_after_its_stream_is_dropped_keeps_what_it_uses() {
             drop((exec, graph));
             drop(s);
         }
-        let probe = StreamAllocation::new(&s2, BYTES).unwrap();
-        fill(&gpu, &s2, &probe, PATTERN);
-        let got = read_words(device, probe.device_ptr(), N as usize).unwrap();
-        assert_intact(
-            if drop_stream_first {
-                "a launch whose stream was dropped before its executable graph"
-            } else {
-                "control: a launch whose executable graph was dropped before its stream"
-            },
-            freed,
-            probe.device_ptr(),
-            &got,
-            PATTERN,
-        );
+        let what = if drop_stream_first {
+            "a launch whose stream was dropped before its executable graph"
+        } else {
+            "control: a launch whose executable graph was dropped before its stream"
+        };
+        assert_probe_intact(&gpu, &s2, freed, what);
     }
     assert_no_drop_errors(device);
 }
@@ -1525,17 +1527,13 @@ fn launch_marked_while_its_stream_captures_keeps_what_it_uses() {
     exec.launch(&s).unwrap();
     let cap = Capture::begin(&s, CaptureMode::Relaxed).unwrap();
     drop((exec, graph));
+    // Filled during the capture, read after it.
     let probe = StreamAllocation::new(&s2, BYTES).unwrap();
     fill(&gpu, &s2, &probe, PATTERN);
     drop(cap.end().unwrap());
     let got = read_words(device, probe.device_ptr(), N as usize).unwrap();
-    assert_intact(
-        "a launch whose executable graph was dropped while its stream captured",
-        freed,
-        probe.device_ptr(),
-        &got,
-        PATTERN,
-    );
+    let what = "a launch whose executable graph was dropped while its stream captured";
+    assert_intact(what, freed, probe.device_ptr(), &got, PATTERN);
     assert_no_drop_errors(device);
 }
 
