@@ -21,7 +21,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::deferred;
 use crate::device::Device;
@@ -156,14 +156,26 @@ struct AllocInner {
     /// The graph whose alloc node made it.
     owner: u64,
     label: Option<String>,
-    state: Mutex<LiveState>,
     /// The graphs that have a free node for it: usually one, kept without a lock (0: none)...
     free_graph: AtomicU64,
-    /// ...and any others (freeing in two graphs is an error the lifetime checks report), with
-    /// their count, so that the common case takes no lock.
-    more_free_graphs: Mutex<Vec<u64>>,
+    /// ...and the count of the others, in [`Cold::more_free_graphs`], so that the common case
+    /// takes no lock.
     more_free_count: AtomicUsize,
+    /// Made at the first use of the run-time state (a launch, a free, stream work) or of a
+    /// second graph that frees it. Out of line, the shared part of a handle stays small, and
+    /// costs less to allocate and free: a graph that is built and dropped without being
+    /// launched makes and frees one such part per alloc node, and none of these.
+    cold: OnceLock<Box<Cold>>,
     _tracked: crate::live_objects::Tracked,
+}
+
+/// The parts of an allocation's shared state that a graph's build never touches.
+#[derive(Default)]
+struct Cold {
+    state: Mutex<LiveState>,
+    /// The graphs other than [`AllocInner::free_graph`] with a free node for it (freeing in two
+    /// graphs is an error the lifetime checks report).
+    more_free_graphs: Mutex<Vec<u64>>,
 }
 
 /// Run-time state: whether a launch made the allocation live, and what work may still use it.
@@ -205,10 +217,9 @@ impl GraphAllocation {
                 device: device.clone(),
                 owner,
                 label,
-                state: Mutex::new(LiveState::default()),
                 free_graph: AtomicU64::new(0),
-                more_free_graphs: Mutex::new(Vec::new()),
                 more_free_count: AtomicUsize::new(0),
+                cold: OnceLock::new(),
                 _tracked: crate::live_objects::Tracked::new(
                     crate::live_objects::Kind::GraphAllocation,
                 ),
@@ -266,7 +277,9 @@ impl GraphAllocation {
     /// Whether a launch left it allocated and nothing has freed it since.
     #[must_use]
     pub fn is_live(&self) -> bool {
-        self.state().live
+        // No state yet: nothing has made it live.
+        let cold = self.inner.cold.get();
+        cold.is_some_and(|c| c.state.lock().unwrap_or_else(|e| e.into_inner()).live)
     }
 
     /// Whether two handles name the same allocation.
@@ -314,15 +327,17 @@ impl GraphAllocation {
         }
     }
 
+    fn cold(&self) -> &Cold {
+        self.inner.cold.get_or_init(Box::default)
+    }
+
     fn more_free_graphs(&self) -> MutexGuard<'_, Vec<u64>> {
-        self.inner
-            .more_free_graphs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let more = &self.cold().more_free_graphs;
+        more.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn state(&self) -> MutexGuard<'_, LiveState> {
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.cold().state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Locks the run-time state (for a launch that uses several allocations: lock them in
@@ -544,7 +559,10 @@ impl LiveState {
 
 impl Drop for AllocInner {
     fn drop(&mut self) {
-        let state = std::mem::take(self.state.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let Some(cold) = self.cold.take() else {
+            return;
+        };
+        let state = cold.state.into_inner().unwrap_or_else(|e| e.into_inner());
         if !state.live {
             return;
         }

@@ -270,7 +270,7 @@ impl Graph {
     /// [`Error::InvalidArgument`] naming `Graph::set_label` when `node` belongs to another graph.
     pub fn set_label(&mut self, node: Node, label: impl Into<String>) -> Result<()> {
         let i = self.index_of("Graph::set_label", node)?;
-        self.record.nodes[i].label = Some(label.into());
+        self.record.nodes[i].set_label(label.into());
         Ok(())
     }
 
@@ -461,10 +461,8 @@ impl Graph {
             indices,
             [(MemRole::Alloc, &allocation)],
         );
-        if params.label.is_some() {
-            self.record.nodes[node.index()]
-                .label
-                .clone_from(&params.label);
+        if let Some(label) = &params.label {
+            self.record.nodes[node.index()].set_label(label.clone());
         }
         Ok((node, allocation))
     }
@@ -918,7 +916,7 @@ impl Graph {
             unsafe { add(node, graph, deps, count, event.as_raw()) }
         })?;
         let node = self.push(raw, kind, indices);
-        self.record.nodes[node.index()].event = Some(event.clone());
+        self.record.nodes[node.index()].set_event(event.clone());
         self.keep.push(Arc::new(event.clone()));
         Ok(node)
     }

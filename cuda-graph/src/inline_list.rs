@@ -25,9 +25,18 @@ impl<T> Few<T> {
         Few::Empty
     }
 
-    /// Appends an item.
-    #[inline]
+    /// Appends an item. The first is stored inline here; the move to the heap is out of line.
+    #[inline(always)]
     pub fn push(&mut self, item: T) {
+        match self {
+            Few::Empty => *self = Few::One(item),
+            _ => self.push_more(item),
+        }
+    }
+
+    /// [`push`](Few::push) onto one or more items.
+    #[inline(never)]
+    fn push_more(&mut self, item: T) {
         match self {
             Few::Empty => *self = Few::One(item),
             Few::Many(items) => items.push(item),

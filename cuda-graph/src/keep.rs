@@ -13,8 +13,25 @@ pub(crate) type Keep = Arc<dyn std::any::Any + Send + Sync>;
 /// ([`crate::ExecGraph`]). A graph handed over with [`crate::Graph::into_raw`] retains a CUDA
 /// user object that holds it, released by the driver; that destructor, on a driver thread,
 /// only queues the release of its share ([`crate::deferred`]).
+///
+/// A value is what it keeps alive, not how often: one the newest few entries already hold (the
+/// same object, by address) is not pushed again. Consecutive nodes often name the same module
+/// and allocation (an alloc node and its users and free), so the list stays about one entry per
+/// object, and is cheaper to grow, search by type and drop.
 #[derive(Default)]
 pub(crate) struct KeepList(Mutex<Vec<Keep>>);
+
+/// How many of the newest entries a push compares with.
+const RECENT: usize = 4;
+
+/// Appends `keep` to `list` unless one of its [`RECENT`] newest entries is the same object.
+#[inline]
+fn push_new(list: &mut Vec<Keep>, keep: Keep) {
+    let recent = &list[list.len().saturating_sub(RECENT)..];
+    if !recent.iter().any(|k| Arc::ptr_eq(k, &keep)) {
+        list.push(keep);
+    }
+}
 
 impl fmt::Debug for KeepList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -28,11 +45,14 @@ impl KeepList {
     }
 
     pub(crate) fn push(&self, keep: Keep) {
-        self.lock().push(keep);
+        push_new(&mut self.lock(), keep);
     }
 
     pub(crate) fn extend(&self, keep: impl IntoIterator<Item = Keep>) {
-        self.lock().extend(keep);
+        let mut list = self.lock();
+        for keep in keep {
+            push_new(&mut list, keep);
+        }
     }
 
     /// Moves the values of `other` into this list.

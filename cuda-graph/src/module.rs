@@ -472,7 +472,7 @@ impl Default for ArgWords {
 }
 
 impl ArgWords {
-    #[inline]
+    #[inline(always)]
     fn push<T: Copy>(&mut self, value: T) {
         let offset = self.used;
         let end = offset + size_of::<T>().div_ceil(8).max(1);
@@ -530,8 +530,9 @@ impl KernelArgs {
     }
 
     /// Appends a value passed by copy (an integer, a float, a `#[repr(C)]` struct); its
-    /// alignment is at most 8.
-    #[inline]
+    /// alignment is at most 8. Always inlined, as [`ptr`](KernelArgs::ptr) is: a chain of
+    /// calls then builds the list in place instead of moving it into and out of each call.
+    #[inline(always)]
     #[must_use = "returns the list with the argument appended"]
     pub fn value<T: Copy + 'static>(mut self, value: T) -> KernelArgs {
         const { assert!(align_of::<T>() <= 8, "kernel argument alignment above 8") };
@@ -541,7 +542,7 @@ impl KernelArgs {
 
     /// Appends a device address; its memory is recorded (a graph allocation as used by this
     /// kernel).
-    #[inline]
+    #[inline(always)]
     #[must_use = "returns the list with the argument appended"]
     pub fn ptr(mut self, target: &impl DeviceAddress) -> KernelArgs {
         self.owners.push(match target.owner() {

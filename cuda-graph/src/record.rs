@@ -57,13 +57,21 @@ pub struct NodeRecord {
     /// The driver's node; null in a record built by hand.
     pub(crate) raw: sys::CUgraphNode,
     pub(crate) kind: NodeKind,
-    pub(crate) label: Option<String>,
     /// Positions of the nodes it depends on.
     pub(crate) deps: Few<u32>,
     /// The allocations it allocates, frees or uses, each (role, key) once.
     pub(crate) refs: Few<(MemRole, AllocKey)>,
+    /// The label and the event, which few nodes have: out of line, so that the record's nodes,
+    /// which the builder appends to a growing `Vec`, stay small.
+    extra: Option<Box<NodeExtra>>,
+}
+
+/// What a [`NodeRecord`] rarely has.
+#[derive(Clone, Debug, Default)]
+struct NodeExtra {
+    label: Option<String>,
     /// The event an event record or event wait node records or waits for.
-    pub(crate) event: Option<Event>,
+    event: Option<Event>,
 }
 
 impl NodeRecord {
@@ -71,11 +79,24 @@ impl NodeRecord {
         NodeRecord {
             raw,
             kind,
-            label: None,
             deps,
             refs: Few::new(),
-            event: None,
+            extra: None,
         }
+    }
+
+    fn extra(&mut self) -> &mut NodeExtra {
+        self.extra.get_or_insert_default()
+    }
+
+    /// Names the node.
+    pub(crate) fn set_label(&mut self, label: String) {
+        self.extra().label = Some(label);
+    }
+
+    /// The event an event record or event wait node records or waits for.
+    pub(crate) fn set_event(&mut self, event: Event) {
+        self.extra().event = Some(event);
     }
 
     /// What the node does.
@@ -87,7 +108,7 @@ impl NodeRecord {
     /// The user's name for it, if any.
     #[must_use]
     pub fn label(&self) -> Option<&str> {
-        self.label.as_deref()
+        self.extra.as_ref()?.label.as_deref()
     }
 
     /// Positions of the nodes it depends on, in the order the edges were added.
@@ -113,7 +134,7 @@ impl NodeRecord {
     /// The event an event record or event wait node records or waits for.
     #[must_use]
     pub fn event(&self) -> Option<&Event> {
-        self.event.as_ref()
+        self.extra.as_ref()?.event.as_ref()
     }
 }
 
@@ -331,7 +352,7 @@ impl Record {
     ///
     /// If `node` is not a node of the record.
     pub fn set_label(&mut self, node: usize, label: impl Into<String>) {
-        self.nodes[node].label = Some(label.into());
+        self.nodes[node].set_label(label.into());
     }
 
     /// `node` allocates `allocation`.

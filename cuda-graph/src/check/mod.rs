@@ -301,7 +301,7 @@ fn name(record: &Record, mut found: Vec<Found>) -> Vec<Violation> {
     let name = |i: u32| NodeRef {
         index: i as usize,
         kind: nodes[i as usize].kind.clone(),
-        label: nodes[i as usize].label.clone(),
+        label: nodes[i as usize].label().map(str::to_owned),
     };
     found
         .into_iter()
