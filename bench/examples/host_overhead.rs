@@ -386,17 +386,7 @@ fn raw_add_chain(
             (&raw mut n).cast(),
             (&raw mut v).cast(),
         ];
-        let kernel_params = sys::CUDA_KERNEL_NODE_PARAMS {
-            func: add.as_raw(),
-            gridDimX: config.grid.0,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: config.block.0,
-            blockDimY: 1,
-            blockDimZ: 1,
-            kernelParams: args.as_mut_ptr(),
-            ..Default::default()
-        };
+        let kernel_params = raw_kernel_params(add.as_raw(), config, &mut args);
         let mut kernel = null_mut();
         // SAFETY: valid out-pointer; `deps` holds `count` nodes of this graph; the arguments
         // match add_u32 and outlive the call.
@@ -609,17 +599,7 @@ fn raw_chain_graph(
             (&raw mut n).cast(),
             (&raw mut v).cast(),
         ];
-        let kernel_params = sys::CUDA_KERNEL_NODE_PARAMS {
-            func: fill.as_raw(),
-            gridDimX: config.grid.0,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: config.block.0,
-            blockDimY: 1,
-            blockDimZ: 1,
-            kernelParams: args.as_mut_ptr(),
-            ..Default::default()
-        };
+        let kernel_params = raw_kernel_params(fill.as_raw(), config, &mut args);
         let mut kernel = null_mut();
         // SAFETY: valid out-pointer; the arguments match fill_u32 and outlive the call.
         result = ok(
@@ -681,4 +661,25 @@ fn instantiate_and_destroy(graph: sys::CUgraph, built: anyhow::Result<()>) -> an
         let _ = unsafe { sys::cuGraphDestroy(graph) };
     }
     result
+}
+
+/// A one-dimensional kernel node's parameters for the raw paths: `args` must outlive the node's
+/// creation (the driver copies the values it points to).
+#[inline]
+fn raw_kernel_params(
+    func: sys::CUfunction,
+    config: LaunchConfig,
+    args: &mut [*mut c_void; 3],
+) -> sys::CUDA_KERNEL_NODE_PARAMS {
+    sys::CUDA_KERNEL_NODE_PARAMS {
+        func,
+        gridDimX: config.grid.0,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: config.block.0,
+        blockDimY: 1,
+        blockDimZ: 1,
+        kernelParams: args.as_mut_ptr(),
+        ..Default::default()
+    }
 }
