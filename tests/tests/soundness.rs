@@ -1487,6 +1487,12 @@ fn launch_marked_after_its_stream_is_dropped_keeps_what_it_uses() {
     let device = &gpu.device;
     let s2 = stream(device);
     for drop_stream_first in [false, true] {
+        // Nothing queued (the control's release included): the stream's drop then seals its
+        // tail at once, before the executable graph asks for the mark. With a release still
+        // queued the stream would be destroyed after it, and the mark recorded on the live
+        // stream, so that the seal went untested.
+        device.synchronize().unwrap();
+        assert_eq!(cuda_graph::flush_deferred(), 0, "releases still queued");
         let s = stream(device);
         let (graph, freed) = spin_then_memset(&gpu, &s2);
         let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
