@@ -277,7 +277,7 @@ fn run(options: &Options, device: &Device) -> Result<bool> {
         md.push_str(&format!("- {name}: {value}\n"));
     }
     md.push_str(&format!(
-        "- Run{}: {} of {} repetitions recorded after a warm-up, interleaved (path order rotates), {:.0} s{}\n",
+        "- Run{}: {} of {} repetitions recorded after a warm-up, interleaved (path order rotates, forward and backward), {:.0} s{}\n",
         if options.quick { " (--quick)" } else { "" },
         outcome.reps_done,
         plan.reps,

@@ -15,8 +15,9 @@
 //!   each launch: the safe API's slow launch path), through the three paths (launches);
 //! - the workload without graphs through the three paths.
 //!
-//! The order of the paths rotates from one round, workload and repetition to the next, so no
-//! path always runs first (on a cold cache) or last. A warm-up repetition with few launches and
+//! The order of the paths rotates from one round, workload and repetition to the next, forward
+//! and backward ([`rotated`]), so no path always runs first (on a cold cache) or last, and each
+//! path runs before each other as often as after it. A warm-up repetition with few launches and
 //! rounds comes first and is not recorded.
 
 use std::collections::BTreeMap;
@@ -553,9 +554,16 @@ fn launch_rounds(
 /// Rounds of launch + synchronize per repetition (fewer when there are fewer iterations).
 const LAUNCH_SYNC_ROUNDS: u32 = 10;
 
-/// The paths in the order of `rotation`.
+/// The paths in the order of `rotation`: rotations `2m` and `2m + 1` start from path `m % n`
+/// and run forward and backward, so that over any two consecutive rotations beginning at an
+/// even one, each path runs before each other path as often as after it. (A rotation alone
+/// does not: with three paths, path 0 runs before path 2 in only one rotation of three, so
+/// anything that slows the later paths of a round would count against path 2 in every ratio
+/// to path 0.)
 fn rotated(n: usize, rotation: usize) -> impl Iterator<Item = usize> {
-    (0..n).map(move |j| (j + rotation) % n)
+    let start = rotation / 2;
+    let backward = rotation % 2 == 1;
+    (0..n).map(move |j| (if backward { n - 1 - j } else { j } + start) % n)
 }
 
 /// One pass over every workload; records into `samples` unless it is `None` (the warm-up).
@@ -687,11 +695,48 @@ mod tests {
     use std::rc::Rc;
     use std::time::Duration;
 
-    use super::{Metric, Plan, Samples, Workload, launch_rounds, one_rep, update_cycles};
+    use super::{Metric, Plan, Samples, Workload, launch_rounds, one_rep, rotated, update_cycles};
     use crate::workload::{
         BenchError, Counts, CycleRun, GraphRun, Mode, PathId, Result, Shape, SteadyRun, StreamRun,
         UpdateRun, Workloads,
     };
+
+    /// Every order holds every path once; over two consecutive rotations from an even one, each
+    /// path runs before each other path exactly as often as after it, and over `2n` of them
+    /// each path runs first twice.
+    #[test]
+    fn rotations_are_balanced_in_pairs() {
+        for n in 1..=5 {
+            for from in (0..12).step_by(2) {
+                let mut before = vec![vec![0i32; n]; n];
+                let mut first = vec![0; n];
+                for rotation in from..from + 2 * n {
+                    let order: Vec<usize> = rotated(n, rotation).collect();
+                    let mut sorted = order.clone();
+                    sorted.sort_unstable();
+                    assert_eq!(
+                        sorted,
+                        (0..n).collect::<Vec<_>>(),
+                        "n = {n}, rotation {rotation}"
+                    );
+                    first[order[0]] += 1;
+                    for (i, &a) in order.iter().enumerate() {
+                        for &b in &order[i + 1..] {
+                            before[a][b] += 1;
+                            before[b][a] -= 1;
+                        }
+                    }
+                    if rotation % 2 == 1 {
+                        assert!(
+                            before.iter().flatten().all(|&d| d == 0),
+                            "n = {n}, rotations {from}..={rotation}: {before:?}"
+                        );
+                    }
+                }
+                assert!(first.iter().all(|&f| f == 2), "n = {n}: firsts {first:?}");
+            }
+        }
+    }
 
     /// A path whose launches take `ns` each, times a host speed that changes from one round of
     /// the three paths to the next, and ten times as long in call `hiccup` (counted over all
@@ -780,13 +825,13 @@ mod tests {
         assert_eq!(log.len(), 39);
         assert!(log[..9].iter().all(|&(_, steady, n)| steady && n == 100));
         // 10 rounds of launch + sync; the blocks add up to 25 iterations a path (3 + 3 + 3 + 3
-        // + 3 + 2 + 2 + 2 + 2 + 2), and the first path of a round rotates.
+        // + 3 + 2 + 2 + 2 + 2 + 2), and the first path of a round rotates (forward, then backward).
         for id in PathId::ALL {
             let mine = log[9..].iter().filter(|(p, steady, _)| *p == id && !steady);
             assert_eq!(mine.map(|(_, _, n)| n).sum::<u32>(), 25, "{id:?}");
         }
         let firsts: Vec<PathId> = log[9..].chunks(3).map(|round| round[0].0).collect();
-        assert_eq!(firsts[..3], [PathId::Raw, PathId::C, PathId::Safe]);
+        assert_eq!(firsts[..3], [PathId::C, PathId::Raw, PathId::Safe]);
         assert_eq!(log[15].0, PathId::Safe);
 
         // The host's speed changes several-fold over the rounds and one block of the safe path
@@ -1143,7 +1188,7 @@ mod tests {
             );
         }
         let firsts: Vec<PathId> = log[3..15].chunks(3).map(|r| r[0].0).collect();
-        assert_eq!(firsts[..3], [PathId::Safe, PathId::Raw, PathId::C]);
+        assert_eq!(firsts[..3], [PathId::Safe, PathId::C, PathId::Raw]);
 
         // The host's speed changes four-fold over the rounds; paired ratios and speed-ups do not
         // see it, the medians of the times do.
