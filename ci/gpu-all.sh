@@ -24,7 +24,7 @@ status=0
 echo "##### test suite"
 filter=()
 # Under a sanitizer, only the binaries that run GPU work (the others would only be slower).
-[ -n "${SANITIZE:-}" ] && filter=(-E 'binary(/^(seed_|safe_|misuse|stress|concurrency|lifetime_gpu)/)')
+[ -n "${SANITIZE:-}" ] && filter=(-E 'binary(/^(seed_|safe_|misuse|stress|concurrency|lifetime_gpu|soundness)/)')
 OUT=$logs ci/gpu-run.sh "${filter[@]}" >"$logs/suite.txt" 2>&1 || status=1
 # gpu-run.sh ends with its summary: nextest's counts, failed, excluded and skipped tests by name,
 # the sanitizers' counts.

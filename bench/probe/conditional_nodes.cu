@@ -11,7 +11,10 @@
 //   while     a WHILE node, condition defaulting to 1, whose body adds 1 to a counter and
 //             clears the condition from the device once the counter reaches 10
 //   if-ptx    (with PROBE_PTX=path) the IF case with fill_u32 of that PTX file, JIT-compiled by
-//             cuModuleLoadData and added with cuGraphAddKernelNode, as the crate does
+//             cuModuleLoadData and added with cuGraphAddKernelNode, as the crate does; with
+//             PROBE_ROUNDS=R, R times, each round as the crate's test `conditional_kinds_run_the_
+//             body_the_condition_selects` does it: a new stream, a new zeroed 1 MiB buffer, a new
+//             graph instantiated, launched, synchronized, read back and destroyed
 // Prints one line per case: ok, or what it found.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -115,33 +118,53 @@ int main(int argc, char **argv) {
         CUfunction fn;
         CK(cuModuleLoadData(&m, ptx));
         CK(cuModuleGetFunction(&fn, m, "fill_u32"));
-        CK(cudaMemset(buf, 0, n * 4));
-        cudaGraph_t g;
-        CK(cudaGraphCreate(&g, 0));
-        cudaGraphConditionalHandle h;
-        CK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
-        cudaGraph_t body = conditional(g, h, cudaGraphCondTypeIf);
-        unsigned v = 9;
-        CUdeviceptr d = (CUdeviceptr)buf;
-        void *args[] = {&d, (void *)&n, &v};
-        CUDA_KERNEL_NODE_PARAMS k = {};
-        k.func = fn;
-        k.gridDimX = (unsigned)(n / 256), k.gridDimY = 1, k.gridDimZ = 1;
-        k.blockDimX = 256, k.blockDimY = 1, k.blockDimZ = 1;
-        k.kernelParams = args;
-        CUgraphNode kn;
-        CK(cuGraphAddKernelNode(&kn, body, nullptr, 0, &k));
-        cudaGraphExec_t x;
-        CK(cudaGraphInstantiate(&x, g, 0));
-        CK(cudaGraphLaunch(x, s));
-        cudaError_t e = cudaStreamSynchronize(s);
-        unsigned last = 0;
-        if (e == cudaSuccess) CK(cudaMemcpy(&last, buf + n - 1, 4, cudaMemcpyDeviceToHost));
-        printf("conditional probe: if-ptx: %s (last word %u, want 9)\n",
-               e != cudaSuccess ? cudaGetErrorName(e) : last == 9 ? "ok" : "WRONG", last);
-        if (e != cudaSuccess) return 1;
-        CK(cudaGraphExecDestroy(x));
-        CK(cudaGraphDestroy(g));
+        const char *r_env = getenv("PROBE_ROUNDS");
+        int rounds = r_env ? atoi(r_env) : 1;
+        const unsigned long long words = 1 << 18;  // 1 MiB, as the crate's tests
+        static unsigned host[1 << 18];
+        for (int r = 0; r < rounds; r++) {
+            cudaStream_t rs;
+            CK(cudaStreamCreate(&rs));
+            unsigned *out;
+            CK(cudaMalloc(&out, words * 4));
+            CK(cudaMemset(out, 0, words * 4));
+            cudaGraph_t g;
+            CK(cudaGraphCreate(&g, 0));
+            cudaGraphConditionalHandle h;
+            CK(cudaGraphConditionalHandleCreate(&h, g, 1, cudaGraphCondAssignDefault));
+            cudaGraph_t body = conditional(g, h, cudaGraphCondTypeIf);
+            unsigned v = 100 + r;
+            CUdeviceptr d = (CUdeviceptr)out;
+            void *args[] = {&d, (void *)&words, &v};
+            CUDA_KERNEL_NODE_PARAMS k = {};
+            k.func = fn;
+            k.gridDimX = (unsigned)(words / 256), k.gridDimY = 1, k.gridDimZ = 1;
+            k.blockDimX = 256, k.blockDimY = 1, k.blockDimZ = 1;
+            k.kernelParams = args;
+            CUgraphNode kn;
+            CK(cuGraphAddKernelNode(&kn, body, nullptr, 0, &k));
+            cudaGraphExec_t x;
+            CK(cudaGraphInstantiate(&x, g, 0));
+            CK(cudaGraphLaunch(x, rs));
+            cudaError_t e = cudaStreamSynchronize(rs);
+            if (e != cudaSuccess) {
+                printf("conditional probe: if-ptx: %s in round %d of %d\n", cudaGetErrorName(e), r + 1, rounds);
+                return 1;
+            }
+            CK(cudaMemcpy(host, out, words * 4, cudaMemcpyDeviceToHost));
+            for (unsigned long long i = 0; i < words; i++) {
+                if (host[i] != v) {
+                    printf("conditional probe: if-ptx: WRONG in round %d of %d (word %llu is %u, want %u)\n",
+                           r + 1, rounds, i, host[i], v);
+                    return 1;
+                }
+            }
+            CK(cudaGraphExecDestroy(x));
+            CK(cudaGraphDestroy(g));
+            CK(cudaFree(out));
+            CK(cudaStreamDestroy(rs));
+        }
+        printf("conditional probe: if-ptx: ok in %d of %d rounds\n", rounds, rounds);
     }
     {
         cudaGraph_t g;
