@@ -81,10 +81,24 @@ const _: () = assert!(THREADS * ROUNDS * GRAPH_LAUNCHES_PER_ROUND >= 10_000);
 /// 15 times what it takes on an H200.
 const HANG_LIMIT: Duration = Duration::from_secs(180);
 
-/// The spin ahead of the producers: about 4 ms on an H200 (clock cycles).
+/// The spin ahead of the producers: about 4 ms on an H200 (clock cycles), times
+/// [`spin_scale`].
 const PRODUCER_SPIN: u64 = 8_000_000;
-/// The spin of each consumer: about 2 ms, shorter than the producers' spin.
+/// The spin of each consumer: about 2 ms, shorter than the producers' spin; times
+/// [`spin_scale`].
 const CONSUMER_SPIN: u64 = 4_000_000;
+
+/// `CUDA_GRAPH_TEST_SPIN_SCALE` (a whole number, default 1): how many times longer the spins
+/// are. A sanitizer slows the host's queueing far more than the GPU's spins, so that with the
+/// plain spins the probe comes too late to catch anything (the test then fails, saying so);
+/// `ci/sanitize-runner.sh` sets 4.
+fn spin_scale() -> u64 {
+    std::env::var("CUDA_GRAPH_TEST_SPIN_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&s| (1..=64).contains(&s))
+        .unwrap_or(1)
+}
 
 /// The launch shape of the data kernels: 16 blocks of 256 threads (grid-stride loops).
 fn data_config() -> LaunchConfig {
@@ -201,7 +215,7 @@ fn worker(g: &Gpu, streams: &[Stream; 4], t: usize, rounds: usize, start: &Barri
     // 0: freed by free_async.
     let (graph0, a0) = producer(g, &src[0], label(0));
     let p0 = graph0.instantiate(InstantiateFlags::NONE).unwrap();
-    let c0 = consumer(g, &a0, &out[0], CONSUMER_SPIN);
+    let c0 = consumer(g, &a0, &out[0], CONSUMER_SPIN * spin_scale());
     // 1: read by a kernel launched on a stream, freed by another graph's free node.
     let (graph1, a1) = producer(g, &src[1], label(1));
     let p1 = graph1.instantiate(InstantiateFlags::NONE).unwrap();
@@ -213,7 +227,7 @@ fn worker(g: &Gpu, streams: &[Stream; 4], t: usize, rounds: usize, start: &Barri
     let p3 = graph3
         .instantiate(InstantiateFlags::AUTO_FREE_ON_LAUNCH)
         .unwrap();
-    let c3a = consumer(g, &a3, &out[3], CONSUMER_SPIN);
+    let c3a = consumer(g, &a3, &out[3], CONSUMER_SPIN * spin_scale());
     let c3b = consumer(g, &a3, &out[4], 0);
     // The probe.
     let mut probe_graph = Graph::new(device).unwrap();
@@ -250,9 +264,9 @@ fn worker(g: &Gpu, streams: &[Stream; 4], t: usize, rounds: usize, start: &Barri
         // 2: this round's producer and consumer, built before the GPU work starts.
         let (graph2, a2) = producer(g, &src[2], label(2));
         let p2 = graph2.instantiate(InstantiateFlags::NONE).unwrap();
-        let c2 = consumer(g, &a2, &out[2], CONSUMER_SPIN);
+        let c2 = consumer(g, &a2, &out[2], CONSUMER_SPIN * spin_scale());
 
-        spin(&g.k.spin_then_fill, prod, PRODUCER_SPIN);
+        spin(&g.k.spin_then_fill, prod, PRODUCER_SPIN * spin_scale());
         p0.launch(prod).unwrap();
         p1.launch(prod).unwrap();
         p2.launch(prod).unwrap();
@@ -263,7 +277,7 @@ fn worker(g: &Gpu, streams: &[Stream; 4], t: usize, rounds: usize, start: &Barri
         first_read.record(cons).unwrap();
         a0.free_async(free).unwrap();
 
-        spin(&g.k.spin_then_fill, cons, CONSUMER_SPIN);
+        spin(&g.k.spin_then_fill, cons, CONSUMER_SPIN * spin_scale());
         copy_out(g, cons, &out[1], &a1);
         f1.launch(free).unwrap();
 
