@@ -37,7 +37,8 @@
 //!
 //! [`ROUNDS`] rounds per thread, 10,120 graph launches and 6,440 kernel launches in all; about 12 ms
 //! of GPU time per round and thread on an H200. `CUDA_GRAPH_STRESS_ROUNDS=<n>` changes it; under
-//! compute-sanitizer (`SANITIZER_TOOL`, set by `ci/sanitize-runner.sh`) 8 rounds.
+//! compute-sanitizer (`SANITIZER_TOOL`, set by `ci/sanitize-runner.sh`) 8 rounds, with spins
+//! [`spin_scale`] times longer (the runner sets 4).
 //!
 //! A watchdog aborts the process, with a message, when the test runs longer than [`HANG_LIMIT`].
 //!
