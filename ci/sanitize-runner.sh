@@ -8,8 +8,5 @@
 for arg in "$@"; do
   [ "$arg" = "--list" ] && exec "$@"
 done
-# The host runs far slower under a sanitizer than the GPU's spins: the tests that need their
-# spins to outlast the host's queueing make them longer (stress_streams).
-export CUDA_GRAPH_TEST_SPIN_SCALE=${CUDA_GRAPH_TEST_SPIN_SCALE:-4}
 exec compute-sanitizer --tool "${SANITIZER_TOOL:-memcheck}" --report-api-errors no --require-cuda-init no \
   --error-exitcode 86 --print-limit 20 ${SANITIZER_FLAGS:-} "$@"

@@ -38,7 +38,7 @@
 //! [`ROUNDS`] rounds per thread, 10,120 graph launches and 6,440 kernel launches in all; about 12 ms
 //! of GPU time per round and thread on an H200. `CUDA_GRAPH_STRESS_ROUNDS=<n>` changes it; under
 //! compute-sanitizer (`SANITIZER_TOOL`, set by `ci/sanitize-runner.sh`) 8 rounds, with spins
-//! [`spin_scale`] times longer (the runner sets 4).
+//! [`spin_scale`] times longer (4).
 //!
 //! A watchdog aborts the process, with a message, when the test runs longer than [`HANG_LIMIT`].
 //!
@@ -89,16 +89,17 @@ const PRODUCER_SPIN: u64 = 8_000_000;
 /// [`spin_scale`].
 const CONSUMER_SPIN: u64 = 4_000_000;
 
-/// `CUDA_GRAPH_TEST_SPIN_SCALE` (a whole number, default 1): how many times longer the spins
-/// are. A sanitizer slows the host's queueing far more than the GPU's spins, so that with the
-/// plain spins the probe comes too late to catch anything (the test then fails, saying so);
-/// `ci/sanitize-runner.sh` sets 4.
+/// `CUDA_GRAPH_TEST_SPIN_SCALE` (a whole number from 1 to 64): how many times longer the spins
+/// are; by default 4 under compute-sanitizer (`SANITIZER_TOOL`, as for the rounds), else 1. A
+/// sanitizer slows the host's queueing far more than the GPU's spins, so that with the plain
+/// spins the probe comes too late to catch anything (the test then fails, saying so).
 fn spin_scale() -> u64 {
+    let sanitized = std::env::var_os("SANITIZER_TOOL").is_some();
     std::env::var("CUDA_GRAPH_TEST_SPIN_SCALE")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|&s| (1..=64).contains(&s))
-        .unwrap_or(1)
+        .unwrap_or(if sanitized { 4 } else { 1 })
 }
 
 /// The launch shape of the data kernels: 16 blocks of 256 threads (grid-stride loops).
