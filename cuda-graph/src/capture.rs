@@ -2,15 +2,17 @@
 //! the stream usable; stream-ordered allocation that becomes alloc/free nodes (G.3.2, G.3.4);
 //! fork and join of other streams through events.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use crate::alloc::GraphAllocation;
-use crate::deferred::{self, Restricts};
+use crate::deferred::{self, CapturedOutside, Restricts};
 use crate::device::Device;
 use crate::error::{Error, Result, check, driver};
 use crate::event::{Event, EventFlags};
-use crate::graph::{Graph, NodeKind, NodeParts, next_graph_id, read_graph};
+use crate::graph::{
+    Graph, NodeKind, NodeParts, add_edges, next_graph_id, nodes_and_edges, read_graph,
+};
 use crate::inline_list::Few;
 use crate::int_hash::IdMap;
 use crate::keep::KeepList;
@@ -19,7 +21,9 @@ use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pinned::PinnedBuffer;
 use crate::pool::MemPool;
 use crate::record::MemRole;
-use crate::stream::{AsStream, CaptureStatus, Stream, capture_id};
+use crate::stream::{
+    AsStream, CaptureStatus, Stream, capture_graph, capture_id, last_captured_node,
+};
 use crate::sys;
 use crate::transfer::{check_host_memcpy, check_memcpy, check_memset};
 
@@ -61,11 +65,19 @@ pub struct Capture<'s, S: AsStream> {
     id: u64,
     /// The driver's id of this capture: streams forked into it report the same.
     capture_id: u64,
-    /// What the captured nodes refer to, kept alive with the graph.
-    keep: Arc<KeepList>,
-    /// The nodes this guard's calls captured, as the stream's capture reported them: reading
-    /// the graph back needs no driver call for them.
-    captured: RefCell<Vec<(sys::CUgraphNode, Captured)>>,
+    /// What the nodes this guard's calls captured refer to, kept alive with the graph.
+    keep: RefCell<KeepList>,
+    /// What the crate captures into it outside the guard (registered with the capture:
+    /// [`deferred::capture_outside`]).
+    outside: Arc<CapturedOutside>,
+    /// What this guard's calls captured, in order: each with its node as the stream's capture
+    /// reported it once calls ask for it ([`each_call`](Capture::each_call)), and before that
+    /// with the stream it was captured on, whose consecutive calls must be joined by edges
+    /// when the nodes are matched by their order.
+    captured: RefCell<Vec<(Made, Captured)>>,
+    /// Whether each call asks the driver for its node (`cuStreamGetCaptureInfo`), rather than
+    /// leaving the nodes to be told apart by their order when the capture ends.
+    each_call: Cell<bool>,
     /// Allocations and frees whose node the stream did not report (matched by address when
     /// the graph is read back).
     unmatched_allocations: RefCell<Vec<GraphAllocation>>,
@@ -149,19 +161,23 @@ impl<'s, S: AsStream> Capture<'s, S> {
             CaptureMode::ThreadLocal => Restricts::Thread(thread),
             CaptureMode::Relaxed => Restricts::Nothing,
         };
-        let keep = Arc::new(KeepList::default());
+        let outside = Arc::new(CapturedOutside::default());
         deferred::capture_began(
             stream.as_raw_stream() as usize,
             capture_id,
             restricts,
-            keep.clone(),
+            outside.clone(),
         );
         Ok(Capture {
             stream,
             capture_id,
-            keep,
+            keep: RefCell::default(),
+            outside,
             id: next_graph_id(),
             captured: RefCell::new(Vec::new()),
+            // Only the crate queues work on an owned stream (its raw handle aside: see
+            // `Capture`); other code may queue work on a borrowed one.
+            each_call: Cell::new(stream.tail().is_none()),
             unmatched_allocations: RefCell::new(Vec::new()),
             unmatched_frees: RefCell::new(Vec::new()),
             events: RefCell::new(Vec::new()),
@@ -233,17 +249,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
         let mut ptr = 0;
         check(f(&mut ptr), call)?;
         let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
-        self.keep.push(allocation.keep());
-        match last_captured_node(self.stream)? {
-            Some(node) => self
-                .captured
-                .borrow_mut()
-                .push((node, Captured::Alloc(allocation.clone()))),
-            None => self
-                .unmatched_allocations
-                .borrow_mut()
-                .push(allocation.clone()),
-        }
+        allocation.keep_in(&mut self.keep.borrow_mut());
+        self.note(self.stream, Captured::Alloc(allocation.clone()))?;
         Ok(allocation)
     }
 
@@ -299,17 +306,10 @@ impl<'s, S: AsStream> Capture<'s, S> {
     }
 
     fn free_captured(&self, stream: &impl AsStream, allocation: &GraphAllocation) -> Result<()> {
-        self.keep.push(allocation.keep());
+        allocation.keep_in(&mut self.keep.borrow_mut());
         // SAFETY: the stream captures into this capture; the driver validates the address.
         driver!(unsafe { sys::cuMemFreeAsync(allocation.ptr(), stream.as_raw_stream()) })?;
-        match last_captured_node(stream)? {
-            Some(node) => self
-                .captured
-                .borrow_mut()
-                .push((node, Captured::Free(allocation.clone()))),
-            None => self.unmatched_frees.borrow_mut().push(allocation.clone()),
-        }
-        Ok(())
+        self.note(stream, Captured::Free(allocation.clone()))
     }
 
     /// Launches a kernel into the capture (`cuLaunchKernel`), recording which graph allocations
@@ -376,15 +376,13 @@ impl<'s, S: AsStream> Capture<'s, S> {
         // SAFETY: the caller upholds the launch contract; the stream captures, so the launch
         // becomes a node that the graph orders and keeps alive.
         unsafe { function.launch_raw(stream, config, args) }?;
-        self.keep
-            .extend(std::iter::once(function.keep()).chain(args.keeps()));
-        if let Some(node) = last_captured_node(stream)? {
-            let uses = args.graph_allocations().cloned().collect();
-            self.captured
-                .borrow_mut()
-                .push((node, Captured::Kernel(function.shared_name(), uses)));
+        {
+            let mut keep = self.keep.borrow_mut();
+            function.keep_in(&mut keep);
+            args.keep_in(&mut keep);
         }
-        Ok(())
+        let uses = args.graph_allocations().cloned().collect();
+        self.note(stream, Captured::Kernel(function.shared_name(), uses))
     }
 
     /// `cuMemsetD8Async`, `cuMemsetD16Async` or `cuMemsetD32Async` (by `T`) of the first `count`
@@ -474,7 +472,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         check_host_memcpy(CALL, dst, src.byte_len(), bytes)?;
         // Kept before the copy is captured: a node that exists keeps its source, whatever fails
         // after it.
-        self.keep.push(src.keep());
+        self.keep.borrow_mut().push(src.keep());
         let operands = KernelArgs::new().ptr(dst);
         self.captured_use(NodeKind::Memcpy, &operands, || {
             // SAFETY: `bytes` fit both (checked); the stream captures, so the copy becomes a
@@ -508,7 +506,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ) -> Result<()> {
         const CALL: &str = "Capture::memcpy_dtoh_async";
         check_host_memcpy(CALL, src, dst.byte_len(), bytes)?;
-        self.keep.push(dst.keep());
+        self.keep.borrow_mut().push(dst.keep());
         let operands = KernelArgs::new().ptr(src);
         self.captured_use(NodeKind::Memcpy, &operands, || {
             // SAFETY: as in `memcpy_htod_async`, with the pinned memory written.
@@ -534,14 +532,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ) -> Result<()> {
         self.device().bind()?;
         op()?;
-        self.keep.extend(operands.keeps());
-        if let Some(node) = last_captured_node(self.stream)? {
-            let uses = operands.graph_allocations().cloned().collect();
-            self.captured
-                .borrow_mut()
-                .push((node, Captured::Use(kind, uses)));
-        }
-        Ok(())
+        operands.keep_in(&mut self.keep.borrow_mut());
+        let uses = operands.graph_allocations().cloned().collect();
+        self.note(self.stream, Captured::Use(kind, uses))
     }
 
     /// Forks `other` from the capturing stream: records an event here and makes `other` wait on
@@ -552,10 +545,71 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventCreate`, `cuEventRecord` or
     /// `cuStreamWaitEvent`.
     pub fn fork(&self, other: &impl AsStream) -> Result<()> {
+        if other.tail().is_none() {
+            // Other code may queue work on a borrowed stream.
+            self.ask_each_call("Capture::fork")?;
+        }
         let event = Event::with_flags(self.device(), EventFlags::DISABLE_TIMING)?;
         event.record(self.stream)?;
         other.wait_event(&event)?;
         self.events.borrow_mut().push(event);
+        Ok(())
+    }
+
+    /// Notes what a call captured on `stream`, with its node when each call asks the driver
+    /// for it. An allocation or free whose node the stream does not report is matched by
+    /// address when the capture ends; another call's is not known.
+    fn note(&self, stream: &impl AsStream, what: Captured) -> Result<()> {
+        if !self.each_call.get() {
+            let on = Made::Stream(stream.as_raw_stream());
+            self.captured.borrow_mut().push((on, what));
+            return Ok(());
+        }
+        match last_captured_node(stream.as_raw_stream())? {
+            Some(node) => self.captured.borrow_mut().push((Made::Node(node), what)),
+            None => match what {
+                Captured::Alloc(a) => self.unmatched_allocations.borrow_mut().push(a),
+                Captured::Free(a) => self.unmatched_frees.borrow_mut().push(a),
+                Captured::Kernel(..) | Captured::Use(..) => {}
+            },
+        }
+        Ok(())
+    }
+
+    /// From now on each call asks the driver for its node: other code may add nodes to the
+    /// capture. The nodes of the calls so far are the graph's first ones, in order (the driver
+    /// lists a captured graph's nodes in the order captured), but for those the crate made
+    /// outside the guard, which are known by handle.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CaptureNotMatched`] naming `call` when the graph holds nodes the crate did not
+    /// capture; [`Error::Driver`] naming `cuStreamGetCaptureInfo` or `cuGraphGetNodes`.
+    fn ask_each_call(&self, call: &'static str) -> Result<()> {
+        if self.each_call.get() {
+            return Ok(());
+        }
+        let Some(graph) = capture_graph(self.stream.as_raw_stream())? else {
+            // Not capturing any more (invalidated): ending the capture reports it.
+            return Ok(());
+        };
+        // SAFETY: the graph of a capture in progress, read but not changed.
+        let nodes = unsafe { crate::graph::graph_nodes(graph) }?;
+        let mut captured = self.captured.borrow_mut();
+        let outside = self.outside.nodes();
+        let unmatched = || Error::CaptureNotMatched {
+            call,
+            captured: captured.len() + outside.len(),
+            found: nodes.len(),
+        };
+        let ours = in_order(&nodes, &outside).ok_or_else(unmatched)?;
+        if ours.len() != captured.len() {
+            return Err(unmatched());
+        }
+        for ((made, _), &node) in captured.iter_mut().zip(&ours) {
+            *made = Made::Node(node);
+        }
+        self.each_call.set(true);
         Ok(())
     }
 
@@ -608,19 +662,91 @@ impl<'s, S: AsStream> Capture<'s, S> {
             return Err(e);
         }
         let id = self.id;
-        // SAFETY: `raw` is the captured graph, owned by nobody else.
-        let graph = unsafe {
-            read_graph(
-                raw,
-                self.stream.device(),
-                id,
-                self.captured.take(),
-                |what, by_address| known_node(what, id, by_address),
-                &self.unmatched_allocations.borrow(),
-                &self.unmatched_frees.borrow(),
-            )
-        }?;
-        graph.keep.take_from(&self.keep);
+        let mut graph = if self.each_call.get() {
+            // SAFETY: `raw` is the captured graph, owned by nobody else.
+            unsafe {
+                read_graph(
+                    raw,
+                    self.stream.device(),
+                    id,
+                    self.captured
+                        .take()
+                        .into_iter()
+                        .filter_map(|(made, what)| match made {
+                            Made::Node(node) => Some((node, what)),
+                            Made::Stream(_) => None,
+                        })
+                        .collect(),
+                    |what, by_address| known_node(what, id, by_address),
+                    &self.unmatched_allocations.borrow(),
+                    &self.unmatched_frees.borrow(),
+                )
+            }?
+        } else {
+            // SAFETY: as above.
+            unsafe { self.read_in_order(raw) }?
+        };
+        let keep = graph.keep.get_mut();
+        keep.take_from(self.keep.get_mut());
+        keep.extend(self.outside.take_keep());
+        Ok(graph)
+    }
+
+    /// The graph of a capture whose calls did not ask for their nodes: the driver lists a
+    /// captured graph's nodes in the order captured, so each call's node is the next one that
+    /// the crate did not make outside the guard (those are known by handle). Every node must be
+    /// accounted for: other code's nodes could not be told apart.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CaptureNotMatched`] naming `Capture::end` when the graph holds nodes the crate
+    /// did not capture; [`Error::Driver`] naming `cuGraphGetNodes`, `cuGraphGetEdges` or
+    /// `cuGraphNodeGetType`. The graph is destroyed on error.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is this capture's graph, owned by nobody else.
+    unsafe fn read_in_order(&self, raw: sys::CUgraph) -> Result<Graph> {
+        let id = self.id;
+        let mut graph = Graph::wrap(raw, self.stream.device(), id);
+        // SAFETY: the caller hands over a live graph.
+        let (nodes, from, to) = unsafe { nodes_and_edges(raw) }?;
+        let calls = self.captured.take();
+        let outside = self.outside.nodes();
+        let unmatched = Error::CaptureNotMatched {
+            call: "Capture::end",
+            captured: calls.len() + outside.len(),
+            found: nodes.len(),
+        };
+        if nodes.len() != calls.len() + outside.len() {
+            return Err(unmatched);
+        }
+        // Each call's position among the nodes, and the stream it was captured on.
+        let mut made: Vec<(usize, sys::CUstream)> = Vec::with_capacity(calls.len());
+        graph.record.nodes.reserve(nodes.len());
+        let mut calls = calls.into_iter();
+        for (position, &node) in nodes.iter().enumerate() {
+            if !outside.is_empty() && outside.contains(&Some(node)) {
+                // SAFETY: the node belongs to the live graph.
+                let kind = unsafe { crate::graph::node_kind(node) }?;
+                graph.push(node, kind, Few::new());
+                // It may lie between two calls on its stream, which it does not say.
+                made.push((position, OUTSIDE));
+                continue;
+            }
+            let Some((on, what)) = calls.next() else {
+                return Err(unmatched);
+            };
+            let Made::Stream(stream) = on else {
+                return Err(unmatched);
+            };
+            made.push((position, stream));
+            let (kind, refs) = known_node(what, id, None);
+            graph.push_with(node, kind, Few::new(), refs.iter().map(|(r, a)| (*r, a)));
+        }
+        if !add_edges(&mut graph.record, &nodes, &from, &to) || !chained(&graph, &made) {
+            return Err(unmatched);
+        }
         Ok(graph)
     }
 }
@@ -665,28 +791,64 @@ pub fn capture<S: AsStream, T>(
     Ok((guard.end()?, value))
 }
 
-/// The node the next captured operation on `stream` would depend on: the one just captured.
-fn last_captured_node(stream: &impl AsStream) -> Result<Option<sys::CUgraphNode>> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut deps: *const sys::CUgraphNode = std::ptr::null();
-    let mut count = 0;
-    check(
-        // SAFETY: out-pointers valid; the returned array is valid until the next capture call.
-        unsafe {
-            sys::cuStreamGetCaptureInfo_v3(
-                stream.as_raw_stream(),
-                &mut status,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                &mut deps,
-                std::ptr::null_mut(),
-                &mut count,
-            )
-        },
-        "cuStreamGetCaptureInfo",
-    )?;
-    // SAFETY: `count` entries are readable when `count` > 0.
-    Ok((count == 1 && !deps.is_null()).then(|| unsafe { *deps }))
+/// Whether each call of `made` (a node's position, and the stream it was captured on) depends
+/// on the call before it on the same stream, as every operation captured on a stream does
+/// (waits on events during a capture add dependencies, never remove them): a check that the
+/// driver listed the nodes in the order captured.
+fn chained(graph: &Graph, made: &[(usize, sys::CUstream)]) -> bool {
+    // The last position on each stream; captures use few streams.
+    let mut last: Vec<(sys::CUstream, usize)> = Vec::new();
+    made.iter().all(|&(position, stream)| {
+        if stream == OUTSIDE {
+            // A node the crate made outside the guard, on a stream it does not know: the
+            // next call on each stream may follow it rather than the call before.
+            last.clear();
+            return true;
+        }
+        let ok = match last.iter_mut().find(|(s, _)| *s == stream) {
+            Some((_, before)) => {
+                let ok = graph.record.nodes[position]
+                    .deps
+                    .contains(&(*before as u32));
+                *before = position;
+                ok
+            }
+            None => {
+                last.push((stream, position));
+                true
+            }
+        };
+        ok
+    })
+}
+
+/// In the calls [`chained`] checks, a node the crate made outside the guard.
+const OUTSIDE: sys::CUstream = usize::MAX as sys::CUstream;
+
+/// Where a call's node is known from: the stream it was captured on, or the node the stream
+/// reported.
+#[derive(Clone, Copy)]
+enum Made {
+    Stream(sys::CUstream),
+    Node(sys::CUgraphNode),
+}
+
+/// The nodes of `nodes` that the crate did not make outside a capture's guard, in order;
+/// `None` when a node it made there is not among them or was not reported.
+fn in_order(
+    nodes: &[sys::CUgraphNode],
+    outside: &[Option<sys::CUgraphNode>],
+) -> Option<Vec<sys::CUgraphNode>> {
+    if outside.is_empty() {
+        return Some(nodes.to_vec());
+    }
+    let outside: Vec<sys::CUgraphNode> = outside.iter().copied().collect::<Option<_>>()?;
+    let ours: Vec<sys::CUgraphNode> = nodes
+        .iter()
+        .copied()
+        .filter(|n| !outside.contains(n))
+        .collect();
+    (ours.len() + outside.len() == nodes.len()).then_some(ours)
 }
 
 /// What a call of a [`Capture`] captured, by the node the stream reported for it.

@@ -183,9 +183,9 @@ impl Graph {
             .collect();
         let built = build(&mut bodies);
         let node = self.push(raw, NodeKind::Conditional, indices);
-        for body in &bodies {
+        for body in &mut bodies {
             self.add_refs(node, body.record.handles(|role| role == MemRole::Use));
-            self.keep.take_from(&body.keep);
+            self.keep.get_mut().take_from(body.keep.get_mut());
         }
         built.map(|()| node)
     }

@@ -38,7 +38,8 @@ use std::sync::{
 use std::thread::ThreadId;
 
 use crate::error::Error;
-use crate::keep::KeepList;
+use crate::keep::Keep;
+use crate::sys;
 
 /// A queued release of something of device `.0`: returns `true` once done, `false` to stay
 /// queued (its stream still captures). Runs only when no registered capture forbids releases.
@@ -205,9 +206,45 @@ struct Registered {
     /// The driver's capture id.
     id: u64,
     restricts: Restricts,
-    /// What the captured nodes refer to: launches captured on any stream of this capture, also
-    /// through [`Function::launch`](crate::Function::launch), add to it.
-    keep: Arc<KeepList>,
+    /// What the crate captures into it outside its guard.
+    outside: Arc<CapturedOutside>,
+}
+
+/// What the crate captures into a capture of its own outside the capture's guard: launches
+/// through [`Function::launch`](crate::Function::launch) and stream work on any stream of the
+/// capture ([`crate::module`]'s `stream_ordered`), from any thread. The captured graph keeps
+/// what they refer to, and tells their nodes from those of the guard's calls.
+#[derive(Default, Debug)]
+pub(crate) struct CapturedOutside {
+    keep: Mutex<Vec<Keep>>,
+    /// The nodes they made, as the stream reported each (`None`: not reported).
+    nodes: Mutex<Vec<Option<usize>>>,
+}
+
+impl CapturedOutside {
+    /// The captured graph keeps `keep` too.
+    pub(crate) fn keep(&self, keep: impl IntoIterator<Item = Keep>) {
+        lock(&self.keep).extend(keep);
+    }
+
+    /// An operation captured `node`, as its stream reported it.
+    pub(crate) fn made(&self, node: Option<sys::CUgraphNode>) {
+        lock(&self.nodes).push(node.map(|n| n as usize));
+    }
+
+    /// What the graph keeps, taken.
+    pub(crate) fn take_keep(&self) -> Vec<Keep> {
+        std::mem::take(&mut *lock(&self.keep))
+    }
+
+    /// The nodes made so far.
+    pub(crate) fn nodes(&self) -> Vec<Option<sys::CUgraphNode>> {
+        let nodes = lock(&self.nodes);
+        nodes
+            .iter()
+            .map(|n| n.map(|n| n as sys::CUgraphNode))
+            .collect()
+    }
 }
 
 static CAPTURES: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
@@ -216,13 +253,18 @@ static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Registers a capture that began on `stream` with the driver's capture `id`, whose graph will
 /// keep `keep`.
-pub(crate) fn capture_began(stream: usize, id: u64, restricts: Restricts, keep: Arc<KeepList>) {
+pub(crate) fn capture_began(
+    stream: usize,
+    id: u64,
+    restricts: Restricts,
+    outside: Arc<CapturedOutside>,
+) {
     let mut captures = lock(&CAPTURES);
     captures.push(Registered {
         stream,
         id,
         restricts,
-        keep,
+        outside,
     });
     ACTIVE.store(captures.len(), Ordering::Release);
 }
@@ -258,12 +300,13 @@ pub(crate) fn any_capture() -> bool {
     ACTIVE.load(Ordering::Acquire) != 0
 }
 
-/// The keep list of the registered capture with the driver's capture `id`.
-pub(crate) fn capture_keep(id: u64) -> Option<Arc<KeepList>> {
+/// What the crate captures outside the guard of the registered capture with the driver's
+/// capture `id`.
+pub(crate) fn capture_outside(id: u64) -> Option<Arc<CapturedOutside>> {
     lock(&CAPTURES)
         .iter()
         .find(|c| c.id == id)
-        .map(|c| c.keep.clone())
+        .map(|c| c.outside.clone())
 }
 
 /// Whether a release may run on this thread now: no registered capture restricts it.

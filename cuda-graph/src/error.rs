@@ -60,6 +60,23 @@ pub enum Error {
         /// The operation.
         call: &'static str,
     },
+    /// The nodes of a capture on an owned [`Stream`](crate::Stream) could not be matched to
+    /// the calls that captured them. Such a capture tells its nodes apart by the order in which
+    /// the driver lists them, which is the order captured ([`Capture`](crate::Capture)); here
+    /// the graph holds nodes the crate did not capture (`found` ≠ `captured`: work was queued
+    /// on a capturing stream through its raw handle), or the driver listed them in another
+    /// order (the edges between consecutive calls on a stream do not match). The graph cannot
+    /// be checked, and is destroyed. A capture begun on a
+    /// [`BorrowedStream`](crate::BorrowedStream) (`stream.borrow()`) asks the driver for the node
+    /// of each call, and lets other code add nodes.
+    CaptureNotMatched {
+        /// The operation.
+        call: &'static str,
+        /// The nodes the crate captured.
+        captured: usize,
+        /// The nodes of the captured graph.
+        found: usize,
+    },
     /// CUDA was called from a host node's function, where CUDA must not be called.
     InHostFunction {
         /// The operation.
@@ -181,6 +198,23 @@ impl fmt::Display for Error {
                 f,
                 "{call}: called from a host node's function, where CUDA must not be called"
             ),
+            Error::CaptureNotMatched {
+                call,
+                captured,
+                found,
+            } => {
+                if captured == found {
+                    write!(
+                        f,
+                        "{call}: the driver listed the captured graph's {found} nodes in another order than captured, so they cannot be matched to the calls; begin the capture on stream.borrow(), which asks the driver for each call's node"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "{call}: the captured graph holds {found} nodes, but the crate captured {captured}: other code queued work on a capturing owned Stream through its raw handle; begin the capture on stream.borrow() to let it"
+                    )
+                }
+            }
             Error::InUseByHost { call } => write!(
                 f,
                 "{call}: a pinned or managed buffer it reads or writes is borrowed by the host (an as_slice or as_mut_slice view of it is alive); nothing was queued"
@@ -516,6 +550,11 @@ mod display_tests {
             Error::InDoubt {
                 queued_by: "ExecGraph::launch",
             },
+            Error::CaptureNotMatched {
+                call: "Capture::end",
+                captured: 3,
+                found: 4,
+            },
             Error::UpdateRefused {
                 reason: UpdateRefusal::ParametersChanged,
                 node: Some(4),
@@ -552,6 +591,7 @@ mod display_tests {
                 | Error::Capturing { call, .. }
                 | Error::NotInCapture { call }
                 | Error::InHostFunction { call }
+                | Error::CaptureNotMatched { call, .. }
                 | Error::InDoubt { queued_by: call } => *call,
                 Error::UpdateRefused { .. } => "ExecGraph::update",
                 other => panic!("not a state error: {other:?}"),

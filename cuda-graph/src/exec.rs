@@ -12,7 +12,7 @@ use crate::flags::flag_set;
 use crate::graph::{Graph, Node};
 use crate::handle::Handle;
 use crate::host_memory::HostMemory;
-use crate::keep::KeepList;
+use crate::keep::{KeepList, Kept};
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::node_kind::NodeKind;
 use crate::record::{ALLOCATES, FREES, MemRole, Record, USES};
@@ -185,6 +185,7 @@ impl Graph {
             driver!(unsafe { sys::cuGraphInstantiateWithParams(&mut raw, self.raw, &mut params) })
                 .map_err(release)?;
         }
+        let keep = self.share_keep();
         let Roles {
             unfreed,
             foreign_frees,
@@ -194,8 +195,8 @@ impl Graph {
             locked_order([&unfreed, &foreign_frees, &foreign_uses]);
         Ok(ExecGraph {
             graph_id: self.id,
-            host_memory: host_memory_in(&self.keep),
-            keep: self.keep.clone(),
+            host_memory: host_memory_in(&keep),
+            keep: Some(keep),
             node_keeps: Vec::new(),
             in_doubt: std::cell::Cell::new(false),
             last_launch: std::cell::RefCell::new(None),
@@ -234,7 +235,7 @@ fn refuse_capture(stream: &impl AsStream) -> Result<()> {
 /// use (its memcpy, memset and kernel nodes', its captured calls', its child graphs' and
 /// conditional bodies', all of which are in the list), once each, in address order (the order
 /// launches lock them in).
-fn host_memory_in(keep: &KeepList) -> Vec<Arc<HostMemory>> {
+fn host_memory_in(keep: &Kept) -> Vec<Arc<HostMemory>> {
     crate::host_memory::in_address_order(keep.of_type::<HostMemory>())
 }
 
@@ -289,11 +290,11 @@ pub struct ExecGraph {
     /// Events of earlier launches, recorded again once no allocation holds them.
     events: std::cell::RefCell<Vec<Arc<crate::event::Event>>>,
     /// What the nodes refer to: the graph's list, shared with it (the ownership rule).
-    keep: Arc<KeepList>,
+    keep: Option<Arc<Kept>>,
     /// What kernel nodes set with [`ExecGraph::set_kernel_node_params`] refer to, by node
     /// position: one entry a node, the latest setting (an earlier one is released after the
     /// launches queued before it).
-    node_keeps: Vec<(usize, Arc<KeepList>)>,
+    node_keeps: Vec<(usize, Arc<Kept>)>,
     /// A launch was queued whose end cannot be known (its event record failed and the stream
     /// could not be waited for): nothing it refers to is ever released.
     in_doubt: std::cell::Cell<bool>,
@@ -610,7 +611,8 @@ impl ExecGraph {
         }
         // Read before the driver's update, which walks its own structures, while the build
         // has just written the list.
-        let host_memory = host_memory_in(&graph.keep);
+        let keep = graph.share_keep();
+        let host_memory = host_memory_in(&keep);
         self.device.bind()?;
         let mut info = sys::CUgraphExecUpdateResultInfo {
             result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
@@ -631,7 +633,7 @@ impl ExecGraph {
         check(code, "cuGraphExecUpdate")?;
         // What the previous nodes refer to stays until the launches queued so far are done,
         // and so do the settings of single nodes, which the update replaced.
-        let previous = std::mem::replace(&mut self.keep, graph.keep.clone());
+        let previous = std::mem::replace(&mut self.keep, Some(keep));
         self.host_memory = host_memory;
         let settings = std::mem::take(&mut self.node_keeps);
         self.release_after_last_launch((previous, settings));
@@ -739,9 +741,10 @@ impl ExecGraph {
         // The node's previous setting stays until the launches queued so far are done; the
         // graph's list keeps what the node referred to at instantiation.
         let index = graph.index_of(CALL, node)?;
-        let set = KeepList::default();
-        set.extend(std::iter::once(function.keep()).chain(args.keeps()));
-        let set = Arc::new(set);
+        let mut set = KeepList::default();
+        function.keep_in(&mut set);
+        args.keep_in(&mut set);
+        let set = set.share();
         match self.node_keeps.iter_mut().find(|(at, _)| *at == index) {
             Some((_, previous)) => {
                 let previous = std::mem::replace(previous, set);

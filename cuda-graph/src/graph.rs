@@ -1,6 +1,7 @@
 //! Explicit graphs: the builder, which writes each node into the graph's [`Record`] (read by
 //! the lifetime checks of [`crate::check`], without a GPU), and reading a raw graph into one.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::ffi::c_void;
@@ -15,7 +16,7 @@ use crate::event::Event;
 use crate::handle::{Handle, OwnedHandle};
 use crate::inline_list::Few;
 use crate::int_hash::IdMap;
-use crate::keep::KeepList;
+use crate::keep::{KeepList, Kept};
 use crate::memory::DeviceAddress;
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pinned::PinnedBuffer;
@@ -74,7 +75,7 @@ pub struct Graph {
     /// The nodes, their edges and the allocations they touch.
     pub(crate) record: Record,
     /// What the nodes refer to (the ownership rule of the crate docs' "Safety model").
-    pub(crate) keep: Arc<KeepList>,
+    pub(crate) keep: RefCell<KeepList>,
     /// Set while an executable graph made from this graph exists (graphs with memory nodes
     /// allow only one).
     pub(crate) instantiated: Arc<AtomicBool>,
@@ -169,7 +170,7 @@ impl Graph {
             device: device.clone(),
             id,
             record: Record::of_graph(id),
-            keep: Arc::new(KeepList::default()),
+            keep: RefCell::default(),
             instantiated: Arc::new(AtomicBool::new(false)),
             owns_raw: true,
             in_body: false,
@@ -222,10 +223,15 @@ impl Graph {
     pub fn into_raw(mut self) -> sys::CUgraph {
         if let Err(e) = retain_keep(&self) {
             self.device.record_drop_error(e);
-            std::mem::forget(self.keep.clone());
+            std::mem::forget(self.share_keep());
         }
         self.owns_raw = false;
         self.raw
+    }
+
+    /// What the nodes refer to as of now, for an executable graph or a user object to hold.
+    pub(crate) fn share_keep(&self) -> Arc<Kept> {
+        self.keep.borrow_mut().share()
     }
 
     /// The device.
@@ -454,7 +460,7 @@ impl Graph {
             self.id,
             params.label.clone(),
         );
-        self.keep.push(allocation.keep());
+        self.keep.get_mut().push(allocation.keep());
         let node = self.push_with(
             raw,
             NodeKind::MemAlloc,
@@ -541,8 +547,9 @@ impl Graph {
             })
         })?;
         let kind = NodeKind::Kernel(function.shared_name());
-        self.keep
-            .extend(std::iter::once(function.keep()).chain(args.keeps()));
+        let keep = self.keep.get_mut();
+        function.keep_in(keep);
+        args.keep_in(keep);
         let uses = args.graph_allocations().map(|a| (MemRole::Use, a));
         Ok(self.push_with(raw, kind, indices, uses))
     }
@@ -593,7 +600,7 @@ impl Graph {
         })?;
         let uses = target.graph_allocation().map(|a| (MemRole::Use, a));
         let node = self.push_with(raw, NodeKind::Memset, indices, uses);
-        self.keep.push(target.owner().keep());
+        self.keep.get_mut().push(target.owner().keep());
         Ok(node)
     }
 
@@ -717,7 +724,9 @@ impl Graph {
         let uses = [dst.graph_allocation(), src.graph_allocation()];
         let uses = uses.into_iter().flatten().map(|a| (MemRole::Use, a));
         let node = self.push_with(raw, NodeKind::Memcpy, indices, uses);
-        self.keep.extend([dst.owner().keep(), src.owner().keep()]);
+        self.keep
+            .get_mut()
+            .extend([dst.owner().keep(), src.owner().keep()]);
         Ok(node)
     }
 
@@ -819,7 +828,7 @@ impl Graph {
         })?;
         let uses = device.graph_allocation().map(|a| (MemRole::Use, a));
         let node = self.push_with(raw, NodeKind::Memcpy, indices, uses);
-        self.keep.extend([device.owner().keep(), host]);
+        self.keep.get_mut().extend([device.owner().keep(), host]);
         Ok(node)
     }
 
@@ -873,7 +882,7 @@ impl Graph {
             // long as the graph and its executable graphs (`keep`).
             unsafe { sys::cuGraphAddHostNode(node, graph, deps, count, &params) }
         })?;
-        self.keep.push(callback);
+        self.keep.get_mut().push(callback);
         Ok(self.push(raw, NodeKind::Host, indices))
     }
 
@@ -917,7 +926,7 @@ impl Graph {
         })?;
         let node = self.push(raw, kind, indices);
         self.record.nodes[node.index()].set_event(event.clone());
-        self.keep.push(Arc::new(event.clone()));
+        self.keep.get_mut().push(Arc::new(event.clone()));
         Ok(node)
     }
 
@@ -944,9 +953,9 @@ impl Graph {
             // graph.
             unsafe { sys::cuGraphAddChildGraphNode(node, graph, deps, count, child.raw) }
         })?;
-        // The entries, not the child's list: the child may change (or be moved into another
+        // The child's list as it is now, frozen: the child may change (or be moved into another
         // graph) later, and two graphs copied into each other must not hold each other.
-        self.keep.extend(child.keep.snapshot());
+        self.keep.get_mut().push(child.share_keep());
         let node = self.push(raw, NodeKind::ChildGraph, indices);
         self.add_refs(node, child.record.handles(|role| role == MemRole::Use));
         Ok(node)
@@ -987,9 +996,9 @@ impl Graph {
             }
         })?;
         child.owns_raw = false;
-        // Copied, not taken: the child's list is shared with its executable graphs
-        // and with graphs the child was copied into.
-        self.keep.extend(child.keep.snapshot());
+        // Shared, not taken: the child's list is shared with its executable graphs and with
+        // graphs the child was copied into.
+        self.keep.get_mut().push(child.share_keep());
         let node = self.push(raw, NodeKind::ChildGraph, indices);
         // The child's memory operations, then its uses, each in the child's order.
         let mem = [MemRole::Alloc, MemRole::Free];
@@ -1069,8 +1078,8 @@ fn retain_keep(graph: &Graph) -> Result<()> {
         );
     }
     /// The user object's data: the device's ordinal and the keep list.
-    type Payload = (usize, Arc<KeepList>);
-    let payload: Payload = (graph.device.ordinal(), graph.keep.clone());
+    type Payload = (usize, Arc<Kept>);
+    let payload: Payload = (graph.device.ordinal(), graph.share_keep());
     let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
     let mut object = std::ptr::null_mut();
     // SAFETY: `data` is a leaked box that `destroy` frees; the flag is the one CUDA requires.
@@ -1166,6 +1175,19 @@ where
             refs.iter().map(|(role, a)| (*role, a)),
         );
     }
+    add_edges(&mut graph.record, &nodes, &from, &to);
+    Ok(graph)
+}
+
+/// Adds to `record`, whose nodes are `nodes` in that order, the edges `from[i] → to[i]`; an
+/// edge naming a node not in `nodes` is left out. Returns whether every edge leads from a node
+/// to a later one.
+pub(crate) fn add_edges(
+    record: &mut Record,
+    nodes: &[sys::CUgraphNode],
+    from: &[sys::CUgraphNode],
+    to: &[sys::CUgraphNode],
+) -> bool {
     // A chain's edges come node after node: each edge's source is likely the node its last
     // target was, and its target the node after its source. Guesses are checked against the
     // handles; a miss looks the handle up in a map, made at the first miss.
@@ -1184,14 +1206,16 @@ where
         index.get(&(node as usize)).copied()
     };
     let mut last = 0;
-    for (&f, &t) in from.iter().zip(&to) {
+    let mut forward = true;
+    for (&f, &t) in from.iter().zip(to) {
         let Some(f) = position(f, last) else { continue };
         if let Some(t) = position(t, f + 1) {
-            graph.record.nodes[t].deps.push(f as u32);
+            record.nodes[t].deps.push(f as u32);
+            forward &= f < t;
             last = t;
         }
     }
-    Ok(graph)
+    forward
 }
 
 /// A node's record apart from its handle and edges: its kind, and what it does to which
@@ -1230,23 +1254,8 @@ unsafe fn unknown_node(
     made: &mut IdMap<sys::CUdeviceptr, VecDeque<GraphAllocation>>,
     by_address: &mut IdMap<sys::CUdeviceptr, GraphAllocation>,
 ) -> Result<NodeParts> {
-    let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
     // SAFETY: the node belongs to the graph.
-    driver!(unsafe { sys::cuGraphNodeGetType(node, &mut kind_raw) })?;
-    use sys::CUgraphNodeType as T;
-    let kind = match kind_raw {
-        T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel("captured".into()),
-        T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeKind::MemAlloc,
-        T::CU_GRAPH_NODE_TYPE_MEM_FREE => NodeKind::MemFree,
-        T::CU_GRAPH_NODE_TYPE_MEMSET => NodeKind::Memset,
-        T::CU_GRAPH_NODE_TYPE_MEMCPY => NodeKind::Memcpy,
-        T::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
-        T::CU_GRAPH_NODE_TYPE_HOST => NodeKind::Host,
-        T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeKind::EventRecord,
-        T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeKind::EventWait,
-        T::CU_GRAPH_NODE_TYPE_GRAPH => NodeKind::ChildGraph,
-        other => NodeKind::Other(other.0),
-    };
+    let kind = unsafe { node_kind(node) }?;
     let mut mem = Few::new();
     match kind {
         NodeKind::MemAlloc => {
@@ -1276,23 +1285,60 @@ unsafe fn unknown_node(
     Ok((kind, mem))
 }
 
-/// The graph's nodes, and its edges as two lists (from, to).
+/// What a node of a graph read back does, as the driver tells its type
+/// (`cuGraphNodeGetType`); a kernel the crate did not record is named `captured`.
+///
+/// # Safety
+///
+/// `node` belongs to a live graph.
+pub(crate) unsafe fn node_kind(node: sys::CUgraphNode) -> Result<NodeKind> {
+    let mut kind_raw = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+    // SAFETY: the node belongs to a live graph.
+    driver!(unsafe { sys::cuGraphNodeGetType(node, &mut kind_raw) })?;
+    use sys::CUgraphNodeType as T;
+    Ok(match kind_raw {
+        T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel("captured".into()),
+        T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeKind::MemAlloc,
+        T::CU_GRAPH_NODE_TYPE_MEM_FREE => NodeKind::MemFree,
+        T::CU_GRAPH_NODE_TYPE_MEMSET => NodeKind::Memset,
+        T::CU_GRAPH_NODE_TYPE_MEMCPY => NodeKind::Memcpy,
+        T::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
+        T::CU_GRAPH_NODE_TYPE_HOST => NodeKind::Host,
+        T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeKind::EventRecord,
+        T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeKind::EventWait,
+        T::CU_GRAPH_NODE_TYPE_GRAPH => NodeKind::ChildGraph,
+        other => NodeKind::Other(other.0),
+    })
+}
+
+/// The graph's nodes (`cuGraphGetNodes`), in the order the driver lists them.
 ///
 /// # Safety
 ///
 /// `raw` is a live graph.
-unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<NodeLists> {
+pub(crate) unsafe fn graph_nodes(raw: sys::CUgraph) -> Result<Vec<sys::CUgraphNode>> {
     let mut count = 0;
     // SAFETY: a null array asks for the count.
     driver!(unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) })?;
     let mut nodes = vec![std::ptr::null_mut(); count];
-    // An empty graph: ask no further (cuGraphGetEdges refuses non-null arrays with a count of 0,
-    // CUDA_ERROR_INVALID_VALUE on the H200's 580 driver; the same guard here is a precaution).
+    // An empty graph: ask no further (the driver refuses non-null arrays with a count of 0, as
+    // cuGraphGetEdges does on the H200's 580 driver; the guard here is a precaution).
     if count > 0 {
         // SAFETY: the array holds `count` entries.
         driver!(unsafe { sys::cuGraphGetNodes(raw, nodes.as_mut_ptr(), &mut count) })?;
     }
     nodes.truncate(count);
+    Ok(nodes)
+}
+
+/// The graph's nodes, and its edges as two lists (from, to).
+///
+/// # Safety
+///
+/// `raw` is a live graph.
+pub(crate) unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<NodeLists> {
+    // SAFETY: the caller's.
+    let nodes = unsafe { graph_nodes(raw) }?;
     let mut edges = 0;
     check(
         // SAFETY: null arrays ask for the count.
@@ -1332,7 +1378,7 @@ unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<NodeLists> {
 }
 
 /// A graph's nodes, and its edges' sources and targets.
-type NodeLists = (
+pub(crate) type NodeLists = (
     Vec<sys::CUgraphNode>,
     Vec<sys::CUgraphNode>,
     Vec<sys::CUgraphNode>,

@@ -11,7 +11,7 @@ use crate::error::{Error, Result, driver};
 use crate::handle::Handle;
 use crate::host_memory::HostMemory;
 use crate::inline_list::Few;
-use crate::keep::Keep;
+use crate::keep::{Keep, KeepList};
 use crate::memory::{BufferMemory, DeviceAddress, Owner};
 use crate::stream::{AsStream, CaptureStatus};
 use crate::stream_alloc::StreamMemory;
@@ -178,6 +178,12 @@ impl Function {
         self.module.inner.clone() as Keep
     }
 
+    /// Keeps the module loaded for as long as `list` and what it is shared with hold it.
+    #[inline]
+    pub(crate) fn keep_in(&self, list: &mut KeepList) {
+        list.push_arc(&self.module.inner);
+    }
+
     /// The device it runs on.
     #[must_use]
     pub fn device(&self) -> &Device {
@@ -314,10 +320,18 @@ pub(crate) fn stream_ordered(
             if has_allocations {
                 return Err(refused_in_capture(call));
             }
-            if let Some(captured) = deferred::capture_keep(id) {
-                captured.extend(keep.into_iter().chain(operands.keeps()));
+            let outside = deferred::capture_outside(id);
+            if let Some(outside) = &outside {
+                outside.keep(keep.into_iter().chain(operands.keeps()));
             }
-            return op();
+            op()?;
+            if let Some(outside) = outside {
+                // The capture tells this node from those of its own calls by its handle.
+                let node = crate::stream::last_captured_node(stream.as_raw_stream());
+                outside.made(node.as_ref().ok().copied().flatten());
+                node?;
+            }
+            return Ok(());
         }
     }
     let hosts = operands.host_memories();
@@ -602,6 +616,22 @@ impl KernelArgs {
             ArgOwner::Cudarc(m) => m.clone() as Keep,
             ArgOwner::Host(m) => m.clone() as Keep,
         })
+    }
+
+    /// Keeps every argument's memory allocated for as long as `list` and what it is shared
+    /// with hold it.
+    #[inline]
+    pub(crate) fn keep_in(&self, list: &mut KeepList) {
+        for owner in self.owners.iter() {
+            match owner {
+                ArgOwner::Graph(a) => a.keep_in(list),
+                ArgOwner::Stream(m) => list.push_arc(m),
+                ArgOwner::Buffer(m) => list.push_arc(m),
+                #[cfg(feature = "cudarc")]
+                ArgOwner::Cudarc(m) => list.push_arc(m),
+                ArgOwner::Host(m) => list.push_arc(m),
+            }
+        }
     }
 
     /// Calls `f` with the `void**` array `cuLaunchKernel` and kernel nodes take.

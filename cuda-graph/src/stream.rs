@@ -491,6 +491,56 @@ pub(crate) fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
     Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
 }
 
+/// The node the next captured operation on `stream` would depend on, which is the node the
+/// operation captured just before made (`cuStreamGetCaptureInfo`); `None` when the stream
+/// depends on no node or on several.
+pub(crate) fn last_captured_node(stream: sys::CUstream) -> Result<Option<sys::CUgraphNode>> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut deps: *const sys::CUgraphNode = std::ptr::null();
+    let mut count = 0;
+    check(
+        // SAFETY: out-pointers valid; the returned array is valid until the next capture call.
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                stream,
+                &mut status,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut deps,
+                std::ptr::null_mut(),
+                &mut count,
+            )
+        },
+        "cuStreamGetCaptureInfo",
+    )?;
+    // SAFETY: `count` entries are readable when `count` > 0.
+    Ok((count == 1 && !deps.is_null()).then(|| unsafe { *deps }))
+}
+
+/// The graph `stream`'s capture builds (`cuStreamGetCaptureInfo`), or `None` when it does not
+/// capture.
+pub(crate) fn capture_graph(stream: sys::CUstream) -> Result<Option<sys::CUgraph>> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut graph = std::ptr::null_mut();
+    check(
+        // SAFETY: out-pointers valid; null for what is not asked.
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                stream,
+                &mut status,
+                std::ptr::null_mut(),
+                &mut graph,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        },
+        "cuStreamGetCaptureInfo",
+    )?;
+    let active = status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    Ok((active && !graph.is_null()).then_some(graph))
+}
+
 /// A stream someone else owns: the per-thread or legacy default stream, or one made by another
 /// library. Never destroyed by us.
 #[derive(Debug, Clone)]

@@ -1,9 +1,11 @@
 //! Stream capture read back into the record, without a GPU: the stub driver
 //! (`stub-driver/null_cuda.c`) simulates the capture of one stream, whose captured calls read
-//! back as a chain of nodes. The record must match each node to the call that made it, in the
-//! driver's order or not, and read the nodes it did not make (raw driver calls on the capturing
-//! stream) through the driver. One test, in a process of its own: the stub captures one stream
-//! at a time.
+//! back as a chain of nodes. On an owned stream the record matches each node to the call that
+//! made it by the order the driver lists them in, and refuses a graph whose order the edges do
+//! not confirm or that holds nodes the crate did not capture; on a borrowed stream it asks the
+//! driver for each call's node, in the driver's order or not, and reads the nodes it did not
+//! make (raw driver calls on the capturing stream) through the driver. One test, in a process
+//! of its own: the stub captures one stream at a time.
 
 mod stub_common;
 
@@ -38,14 +40,14 @@ fn reverse_node_order(reversed: bool) {
 }
 
 /// Launches `fill` over `buf` in the capture.
-fn launch(cap: &cuda_graph::Capture<'_, Stream>, fill: &Function, buf: &GraphAllocation) {
+fn launch<S: AsStream>(cap: &cuda_graph::Capture<'_, S>, fill: &Function, buf: &GraphAllocation) {
     let args = KernelArgs::new().ptr(buf).value(N).value(1u32);
     // SAFETY: the stub driver runs nothing; the arguments match fill_u32(p, n, v).
     unsafe { cap.launch(fill, config(), &args) }.expect("captured launch");
 }
 
-/// `k` captured segments alloc → kernel → free.
-fn captured_chain(stream: &Stream, fill: &Function, k: usize) -> Graph {
+/// `k` captured segments alloc → kernel → free, on `stream`.
+fn try_captured_chain<S: AsStream>(stream: &S, fill: &Function, k: usize) -> Result<Graph, Error> {
     let (graph, ()) = capture(stream, CaptureMode::Global, |cap| {
         for _ in 0..k {
             let buf = cap.malloc_async(BYTES)?;
@@ -53,9 +55,8 @@ fn captured_chain(stream: &Stream, fill: &Function, k: usize) -> Graph {
             cap.free_async(&buf)?;
         }
         Ok(())
-    })
-    .expect("capture");
-    graph
+    })?;
+    Ok(graph)
 }
 
 /// The allocation a memory node of `graph` allocates or frees.
@@ -106,46 +107,35 @@ fn assert_chain(graph: &Graph, k: usize, reversed: bool) {
     }
 }
 
-#[test]
-fn captured_graphs_read_back_into_the_record() {
-    let Some((device, fill, _module)) = stub("captured_graphs_read_back_into_the_record") else {
-        return;
-    };
-    let stream = Stream::with_flags(&device, StreamFlags::NON_BLOCKING, 0).unwrap();
-    for reversed in [false, true] {
-        reverse_node_order(reversed);
-        for k in [1, 3, 100] {
-            let graph = captured_chain(&stream, &fill, k);
-            assert_chain(&graph, k, reversed);
-            graph.instantiate(InstantiateFlags::NONE).unwrap();
+/// A kernel captured after the free of its allocation is reported.
+fn assert_use_after_free_found<S: AsStream>(stream: &S, fill: &Function, what: &str) {
+    let (graph, ()) = capture(stream, CaptureMode::Global, |cap| {
+        let buf = cap.malloc_async(BYTES)?;
+        cap.free_async(&buf)?;
+        launch(cap, fill, &buf);
+        Ok(())
+    })
+    .unwrap();
+    match graph.check() {
+        Err(Error::Lifetime(e)) => {
+            let rules: Vec<Rule> = e.violations.iter().map(|v| v.rule).collect();
+            assert_eq!(rules, vec![Rule::UseAfterFree], "{what}");
         }
-        // A kernel captured after the free of its allocation.
-        let (graph, ()) = capture(&stream, CaptureMode::Global, |cap| {
-            let buf = cap.malloc_async(BYTES)?;
-            cap.free_async(&buf)?;
-            launch(cap, &fill, &buf);
-            Ok(())
-        })
-        .unwrap();
-        match graph.check() {
-            Err(Error::Lifetime(e)) => {
-                let rules: Vec<Rule> = e.violations.iter().map(|v| v.rule).collect();
-                assert_eq!(rules, vec![Rule::UseAfterFree], "reversed: {reversed}");
-            }
-            other => panic!("expected a use after free, got {other:?}"),
-        }
+        other => panic!("{what}: expected a use after free, got {other:?}"),
     }
-    reverse_node_order(false);
+}
 
-    // Raw driver calls on the capturing stream make nodes the capture did not report: the
-    // record asks the driver for their type and matches memory nodes by address. A raw free of
-    // the capture's allocation frees that allocation; a raw alloc becomes a new one, which a
-    // raw free then frees.
+/// Raw driver calls on the capturing stream: a free of the capture's allocation, then an
+/// allocation and its free. Returns the capture's allocation and the raw one's address.
+fn capture_with_raw_calls<S: AsStream>(
+    stream: &S,
+    fill: &Function,
+) -> (Result<Graph, Error>, sys::CUdeviceptr) {
     let raw = stream.as_raw_stream();
     let mut raw_ptr = 0;
-    let (graph, buf) = capture(&stream, CaptureMode::Global, |cap| {
+    let graph = capture(stream, CaptureMode::Global, |cap| {
         let buf = cap.malloc_async(BYTES)?;
-        launch(cap, &fill, &buf);
+        launch(cap, fill, &buf);
         // SAFETY: the stream is capturing; the address is the capture's allocation.
         let freed = unsafe { sys::cuMemFreeAsync(buf.ptr(), raw) };
         assert_eq!(freed, sys::CUresult::CUDA_SUCCESS);
@@ -156,8 +146,62 @@ fn captured_graphs_read_back_into_the_record() {
         let freed = unsafe { sys::cuMemFreeAsync(raw_ptr, raw) };
         assert_eq!(freed, sys::CUresult::CUDA_SUCCESS);
         Ok(buf)
-    })
-    .unwrap();
+    });
+    (graph.map(|(graph, _)| graph), raw_ptr)
+}
+
+#[test]
+fn captured_graphs_read_back_into_the_record() {
+    let Some((device, fill, _module)) = stub("captured_graphs_read_back_into_the_record") else {
+        return;
+    };
+    let stream = Stream::with_flags(&device, StreamFlags::NON_BLOCKING, 0).unwrap();
+    for reversed in [false, true] {
+        reverse_node_order(reversed);
+        for k in [1, 3, 100] {
+            // On an owned stream the nodes are matched to the calls by their order, which the
+            // edges between consecutive calls confirm: listed in another order, the capture
+            // cannot be checked, and says so.
+            match try_captured_chain(&stream, &fill, k) {
+                Ok(graph) if !reversed => {
+                    assert_chain(&graph, k, false);
+                    graph.instantiate(InstantiateFlags::NONE).unwrap();
+                }
+                Err(Error::CaptureNotMatched {
+                    call: "Capture::end",
+                    captured,
+                    found,
+                }) if reversed => assert_eq!((captured, found), (3 * k, 3 * k)),
+                other => panic!("owned stream, k = {k}, reversed: {reversed}: {other:?}"),
+            }
+            // A borrowed stream asks the driver for each call's node: any order is read.
+            let graph = try_captured_chain(&stream.borrow(), &fill, k).unwrap();
+            assert_chain(&graph, k, reversed);
+            graph.instantiate(InstantiateFlags::NONE).unwrap();
+        }
+        if !reversed {
+            assert_use_after_free_found(&stream, &fill, "owned stream");
+        }
+        assert_use_after_free_found(&stream.borrow(), &fill, "borrowed stream");
+    }
+    reverse_node_order(false);
+
+    // Raw driver calls on a capturing owned stream make nodes the crate did not capture: the
+    // nodes cannot be matched by their order, and the capture says so.
+    let (graph, _) = capture_with_raw_calls(&stream, &fill);
+    match graph {
+        Err(Error::CaptureNotMatched {
+            captured: 2,
+            found: 5,
+            ..
+        }) => {}
+        other => panic!("raw calls on an owned stream: {other:?}"),
+    }
+    // On a borrowed stream they are read: the record asks the driver for their type and
+    // matches memory nodes by address. A raw free of the capture's allocation frees that
+    // allocation; a raw alloc becomes a new one, which a raw free then frees.
+    let (graph, raw_ptr) = capture_with_raw_calls(&stream.borrow(), &fill);
+    let graph = graph.unwrap();
     let nodes = graph.nodes();
     let kinds: Vec<String> = nodes.iter().map(|n| n.kind().to_string()).collect();
     assert_eq!(
@@ -170,6 +214,7 @@ fn captured_graphs_read_back_into_the_record() {
             "free node"
         ]
     );
+    let buf = allocation(&graph, &nodes[0]).clone();
     assert_eq!(
         allocation(&graph, &nodes[2]).id(),
         buf.id(),
