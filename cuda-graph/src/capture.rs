@@ -10,9 +10,7 @@ use crate::deferred::{self, CapturedOutside, Restricts};
 use crate::device::Device;
 use crate::error::{Error, Result, check, driver};
 use crate::event::{Event, EventFlags};
-use crate::graph::{
-    Graph, NodeKind, NodeParts, add_edges, next_graph_id, nodes_and_edges, read_graph,
-};
+use crate::graph::{Graph, NodeKind, add_edges, next_graph_id, nodes_and_edges, read_graph};
 use crate::inline_list::Few;
 use crate::int_hash::IdMap;
 use crate::keep::KeepList;
@@ -20,7 +18,7 @@ use crate::memory::{DeviceAddress, MemsetValue};
 use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::pinned::PinnedBuffer;
 use crate::pool::MemPool;
-use crate::record::MemRole;
+use crate::record::{MemRole, Record};
 use crate::stream::{
     AsStream, CaptureStatus, Stream, capture_graph, capture_id, last_captured_node,
 };
@@ -70,18 +68,19 @@ pub struct Capture<'s, S: AsStream> {
     /// What the crate captures into it outside the guard (registered with the capture:
     /// [`deferred::capture_outside`]).
     outside: Arc<CapturedOutside>,
-    /// What this guard's calls captured, in order: each with its node as the stream's capture
-    /// reported it once calls ask for it ([`each_call`](Capture::each_call)), and before that
-    /// with the stream it was captured on, whose consecutive calls must be joined by edges
-    /// when the nodes are matched by their order.
-    captured: RefCell<Vec<(Made, Captured)>>,
+    /// What this guard's calls captured, in order, as the graph's record: each node with what
+    /// it does to allocations, and its handle as the stream's capture reported it once calls
+    /// ask for it ([`each_call`](Capture::each_call)); null until then, and null for a call
+    /// whose node the stream did not report. Edges are read from the driver at the end.
+    record: RefCell<Record>,
+    /// While calls do not ask for their nodes: the stream of each node of `record`, whose
+    /// consecutive calls must be joined by edges when the nodes are matched by their order.
+    streams: RefCell<Vec<sys::CUstream>>,
     /// Whether each call asks the driver for its node (`cuStreamGetCaptureInfo`), rather than
     /// leaving the nodes to be told apart by their order when the capture ends.
     each_call: Cell<bool>,
     /// Allocations and frees whose node the stream did not report (matched by address when
     /// the graph is read back).
-    unmatched_allocations: RefCell<Vec<GraphAllocation>>,
-    unmatched_frees: RefCell<Vec<GraphAllocation>>,
     /// Events of forks and joins, alive until the capture ends.
     events: RefCell<Vec<Event>>,
     ended: bool,
@@ -162,6 +161,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
             CaptureMode::Relaxed => Restricts::Nothing,
         };
         let outside = Arc::new(CapturedOutside::default());
+        let id = next_graph_id();
         deferred::capture_began(
             stream.as_raw_stream() as usize,
             capture_id,
@@ -173,13 +173,12 @@ impl<'s, S: AsStream> Capture<'s, S> {
             capture_id,
             keep: RefCell::default(),
             outside,
-            id: next_graph_id(),
-            captured: RefCell::new(Vec::new()),
+            id,
+            record: RefCell::new(Record::of_graph(id)),
+            streams: RefCell::new(Vec::new()),
             // Only the crate queues work on an owned stream (its raw handle aside: see
             // `Capture`); other code may queue work on a borrowed one.
             each_call: Cell::new(stream.tail().is_none()),
-            unmatched_allocations: RefCell::new(Vec::new()),
-            unmatched_frees: RefCell::new(Vec::new()),
             events: RefCell::new(Vec::new()),
             ended: false,
         })
@@ -250,7 +249,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
         check(f(&mut ptr), call)?;
         let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
         allocation.keep_in(&mut self.keep.borrow_mut());
-        self.note(self.stream, Captured::Alloc(allocation.clone()))?;
+        let node = self.node_of(self.stream)?;
+        (self.record.borrow_mut()).push_alloc(node, Few::new(), allocation.clone());
         Ok(allocation)
     }
 
@@ -309,7 +309,10 @@ impl<'s, S: AsStream> Capture<'s, S> {
         allocation.keep_in(&mut self.keep.borrow_mut());
         // SAFETY: the stream captures into this capture; the driver validates the address.
         driver!(unsafe { sys::cuMemFreeAsync(allocation.ptr(), stream.as_raw_stream()) })?;
-        self.note(stream, Captured::Free(allocation.clone()))
+        let node = self.node_of(stream)?;
+        let free = (NodeKind::MemFree, MemRole::Free);
+        self.record_uses(node, free, std::iter::once(allocation));
+        Ok(())
     }
 
     /// Launches a kernel into the capture (`cuLaunchKernel`), recording which graph allocations
@@ -381,8 +384,10 @@ impl<'s, S: AsStream> Capture<'s, S> {
             function.keep_in(&mut keep);
             args.keep_in(&mut keep);
         }
-        let uses = args.graph_allocations().cloned().collect();
-        self.note(stream, Captured::Kernel(function.shared_name(), uses))
+        let node = self.node_of(stream)?;
+        let kernel = (NodeKind::Kernel(function.shared_name()), MemRole::Use);
+        self.record_uses(node, kernel, args.graph_allocations());
+        Ok(())
     }
 
     /// `cuMemsetD8Async`, `cuMemsetD16Async` or `cuMemsetD32Async` (by `T`) of the first `count`
@@ -533,8 +538,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
         self.device().bind()?;
         op()?;
         operands.keep_in(&mut self.keep.borrow_mut());
-        let uses = operands.graph_allocations().cloned().collect();
-        self.note(self.stream, Captured::Use(kind, uses))
+        let node = self.node_of(self.stream)?;
+        self.record_uses(node, (kind, MemRole::Use), operands.graph_allocations());
+        Ok(())
     }
 
     /// Forks `other` from the capturing stream: records an event here and makes `other` wait on
@@ -556,24 +562,41 @@ impl<'s, S: AsStream> Capture<'s, S> {
         Ok(())
     }
 
-    /// Notes what a call captured on `stream`, with its node when each call asks the driver
-    /// for it. An allocation or free whose node the stream does not report is matched by
-    /// address when the capture ends; another call's is not known.
-    fn note(&self, stream: &impl AsStream, what: Captured) -> Result<()> {
-        if !self.each_call.get() {
-            let on = Made::Stream(stream.as_raw_stream());
-            self.captured.borrow_mut().push((on, what));
-            return Ok(());
+    /// The node the call just captured on `stream` made, once each call asks the driver for it
+    /// (null when the stream does not report one); before that null, and the stream is noted
+    /// for the node.
+    fn node_of(&self, stream: &impl AsStream) -> Result<sys::CUgraphNode> {
+        if self.each_call.get() {
+            let node = last_captured_node(stream.as_raw_stream())?;
+            return Ok(node.unwrap_or(std::ptr::null_mut()));
         }
-        match last_captured_node(stream.as_raw_stream())? {
-            Some(node) => self.captured.borrow_mut().push((Made::Node(node), what)),
-            None => match what {
-                Captured::Alloc(a) => self.unmatched_allocations.borrow_mut().push(a),
-                Captured::Free(a) => self.unmatched_frees.borrow_mut().push(a),
-                Captured::Kernel(..) | Captured::Use(..) => {}
-            },
+        self.streams.borrow_mut().push(stream.as_raw_stream());
+        Ok(std::ptr::null_mut())
+    }
+
+    /// Records a node `node` of `kind` that has `role` for each of `allocations`.
+    fn record_uses<'a>(
+        &self,
+        node: sys::CUgraphNode,
+        (kind, role): (NodeKind, MemRole),
+        allocations: impl IntoIterator<Item = &'a GraphAllocation>,
+    ) {
+        let mut record = self.record.borrow_mut();
+        let mut allocations = allocations.into_iter();
+        match (allocations.next(), allocations.next()) {
+            (None, _) => {
+                record.push(node, kind, Few::new());
+            }
+            (Some(a), None) => {
+                record.push_ref(node, kind, Few::new(), role, a);
+            }
+            (Some(a), Some(b)) => {
+                let at = record.push_ref(node, kind, Few::new(), role, a);
+                for a in std::iter::once(b).chain(allocations) {
+                    record.add_ref(at, role, a);
+                }
+            }
         }
-        Ok(())
     }
 
     /// From now on each call asks the driver for its node: other code may add nodes to the
@@ -595,20 +618,21 @@ impl<'s, S: AsStream> Capture<'s, S> {
         };
         // SAFETY: the graph of a capture in progress, read but not changed.
         let nodes = unsafe { crate::graph::graph_nodes(graph) }?;
-        let mut captured = self.captured.borrow_mut();
+        let mut record = self.record.borrow_mut();
         let outside = self.outside.nodes();
         let unmatched = || Error::CaptureNotMatched {
             call,
-            captured: captured.len() + outside.len(),
+            captured: record.nodes.len() + outside.len(),
             found: nodes.len(),
         };
         let ours = in_order(&nodes, &outside).ok_or_else(unmatched)?;
-        if ours.len() != captured.len() {
+        if ours.len() != record.nodes.len() {
             return Err(unmatched());
         }
-        for ((made, _), &node) in captured.iter_mut().zip(&ours) {
-            *made = Made::Node(node);
+        for (node, &raw) in record.nodes.iter_mut().zip(&ours) {
+            node.raw = raw;
         }
+        self.streams.borrow_mut().clear();
         self.each_call.set(true);
         Ok(())
     }
@@ -661,27 +685,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
             }
             return Err(e);
         }
-        let id = self.id;
         let mut graph = if self.each_call.get() {
             // SAFETY: `raw` is the captured graph, owned by nobody else.
-            unsafe {
-                read_graph(
-                    raw,
-                    self.stream.device(),
-                    id,
-                    self.captured
-                        .take()
-                        .into_iter()
-                        .filter_map(|(made, what)| match made {
-                            Made::Node(node) => Some((node, what)),
-                            Made::Stream(_) => None,
-                        })
-                        .collect(),
-                    |what, by_address| known_node(what, id, by_address),
-                    &self.unmatched_allocations.borrow(),
-                    &self.unmatched_frees.borrow(),
-                )
-            }?
+            unsafe { self.read_by_handle(raw) }?
         } else {
             // SAFETY: as above.
             unsafe { self.read_in_order(raw) }?
@@ -707,47 +713,119 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ///
     /// `raw` is this capture's graph, owned by nobody else.
     unsafe fn read_in_order(&self, raw: sys::CUgraph) -> Result<Graph> {
-        let id = self.id;
-        let mut graph = Graph::wrap(raw, self.stream.device(), id);
+        let mut graph = Graph::wrap(raw, self.stream.device(), self.id);
         // SAFETY: the caller hands over a live graph.
         let (nodes, from, to) = unsafe { nodes_and_edges(raw) }?;
-        let calls = self.captured.take();
+        let mut record = self.record.take();
+        let mut streams = self.streams.take();
         let outside = self.outside.nodes();
         let unmatched = Error::CaptureNotMatched {
             call: "Capture::end",
-            captured: calls.len() + outside.len(),
+            captured: record.nodes.len() + outside.len(),
             found: nodes.len(),
         };
-        if nodes.len() != calls.len() + outside.len() {
+        let count = record.nodes.len();
+        if nodes.len() != count + outside.len() || streams.len() != count {
             return Err(unmatched);
         }
-        // Each call's position among the nodes, and the stream it was captured on.
-        let mut made: Vec<(usize, sys::CUstream)> = Vec::with_capacity(calls.len());
-        graph.record.nodes.reserve(nodes.len());
-        let mut calls = calls.into_iter();
-        for (position, &node) in nodes.iter().enumerate() {
-            if !outside.is_empty() && outside.contains(&Some(node)) {
-                // SAFETY: the node belongs to the live graph.
-                let kind = unsafe { crate::graph::node_kind(node) }?;
-                graph.push(node, kind, Few::new());
-                // It may lie between two calls on its stream, which it does not say.
-                made.push((position, OUTSIDE));
+        if outside.is_empty() {
+            for (node, &raw) in record.nodes.iter_mut().zip(&nodes) {
+                node.raw = raw;
+            }
+        } else {
+            // The nodes the crate made outside the guard go where the driver lists them.
+            let mut ours = std::mem::take(&mut record.nodes).into_iter();
+            let mut on = std::mem::take(&mut streams).into_iter();
+            for &raw in &nodes {
+                if outside.contains(&Some(raw)) {
+                    // SAFETY: the node belongs to the live graph.
+                    let kind = unsafe { crate::graph::node_kind(raw) }?;
+                    record.push(raw, kind, Few::new());
+                    streams.push(OUTSIDE);
+                } else {
+                    let (Some(mut node), Some(stream)) = (ours.next(), on.next()) else {
+                        return Err(unmatched);
+                    };
+                    node.raw = raw;
+                    record.nodes.push(node);
+                    streams.push(stream);
+                }
+            }
+        }
+        if !add_edges(&mut record, &nodes, &from, &to) || !chained(&record, &streams) {
+            return Err(unmatched);
+        }
+        for allocation in record.freed() {
+            allocation.register_free(self.id, true);
+        }
+        graph.record = record;
+        Ok(graph)
+    }
+
+    /// The graph of a capture whose calls asked for their nodes: the record's nodes are matched
+    /// to the driver's by handle, in the driver's order, and the other nodes read from the
+    /// driver ([`read_graph`]), memory nodes by address to the allocations and frees whose node
+    /// the stream did not report.
+    ///
+    /// # Errors
+    ///
+    /// [`read_graph`]'s; the graph is destroyed on error.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is this capture's graph, owned by nobody else.
+    unsafe fn read_by_handle(&self, raw: sys::CUgraph) -> Result<Graph> {
+        let id = self.id;
+        let record = self.record.take();
+        let mut known = Vec::with_capacity(record.nodes.len());
+        let (mut allocations, mut frees) = (Vec::new(), Vec::new());
+        for (i, node) in record.nodes.iter().enumerate() {
+            if !node.raw.is_null() {
+                known.push((node.raw, i));
                 continue;
             }
-            let Some((on, what)) = calls.next() else {
-                return Err(unmatched);
-            };
-            let Made::Stream(stream) = on else {
-                return Err(unmatched);
-            };
-            made.push((position, stream));
-            let (kind, refs) = known_node(what, id, None);
-            graph.push_with(node, kind, Few::new(), refs.iter().map(|(r, a)| (*r, a)));
+            for &(role, key) in node.refs() {
+                match (role, record.allocation(key)) {
+                    (MemRole::Alloc, Some(a)) => allocations.push(a.clone()),
+                    (MemRole::Free, Some(a)) => frees.push(a.clone()),
+                    _ => {}
+                }
+            }
         }
-        if !add_edges(&mut graph.record, &nodes, &from, &to) || !chained(&graph, &made) {
-            return Err(unmatched);
+        let parts =
+            |i: usize, by_address: Option<&mut IdMap<sys::CUdeviceptr, GraphAllocation>>| {
+                let node = &record.nodes[i];
+                let refs: Few<(MemRole, GraphAllocation)> = node
+                    .refs()
+                    .iter()
+                    .filter_map(|&(role, key)| Some((role, record.allocation(key)?.clone())))
+                    .collect();
+                let mut by_address = by_address;
+                for (role, a) in refs.iter() {
+                    match role {
+                        MemRole::Alloc => {
+                            if let Some(by_address) = by_address.as_deref_mut() {
+                                by_address.insert(a.ptr(), a.clone());
+                            }
+                        }
+                        MemRole::Free => a.register_free(id, true),
+                        MemRole::Use => {}
+                    }
+                }
+                (node.kind().clone(), refs)
+            };
+        // SAFETY: the caller's.
+        unsafe {
+            read_graph(
+                raw,
+                self.stream.device(),
+                id,
+                known,
+                parts,
+                &allocations,
+                &frees,
+            )
         }
-        Ok(graph)
     }
 }
 
@@ -791,47 +869,35 @@ pub fn capture<S: AsStream, T>(
     Ok((guard.end()?, value))
 }
 
-/// Whether each call of `made` (a node's position, and the stream it was captured on) depends
-/// on the call before it on the same stream, as every operation captured on a stream does
-/// (waits on events during a capture add dependencies, never remove them): a check that the
-/// driver listed the nodes in the order captured.
-fn chained(graph: &Graph, made: &[(usize, sys::CUstream)]) -> bool {
-    // The last position on each stream; captures use few streams.
+/// Whether each node of `record`, captured on `streams` (by position), depends on the node
+/// captured before it on the same stream, as every operation captured on a stream does (waits
+/// on events during a capture add dependencies, never remove them): a check that the driver
+/// listed the nodes in the order captured.
+fn chained(record: &Record, streams: &[sys::CUstream]) -> bool {
+    // The last position on each stream: captures use few streams, most one.
     let mut last: Vec<(sys::CUstream, usize)> = Vec::new();
-    made.iter().all(|&(position, stream)| {
+    for (position, &stream) in streams.iter().enumerate() {
         if stream == OUTSIDE {
-            // A node the crate made outside the guard, on a stream it does not know: the
-            // next call on each stream may follow it rather than the call before.
+            // A node the crate made outside the guard, on a stream it does not know: the next
+            // call on each stream may follow it rather than the call before.
             last.clear();
-            return true;
+            continue;
         }
-        let ok = match last.iter_mut().find(|(s, _)| *s == stream) {
+        match last.iter_mut().find(|(s, _)| *s == stream) {
             Some((_, before)) => {
-                let ok = graph.record.nodes[position]
-                    .deps
-                    .contains(&(*before as u32));
+                if !record.nodes[position].deps.contains(&(*before as u32)) {
+                    return false;
+                }
                 *before = position;
-                ok
             }
-            None => {
-                last.push((stream, position));
-                true
-            }
-        };
-        ok
-    })
+            None => last.push((stream, position)),
+        }
+    }
+    true
 }
 
-/// In the calls [`chained`] checks, a node the crate made outside the guard.
+/// In the streams [`chained`] checks, a node the crate made outside the guard.
 const OUTSIDE: sys::CUstream = usize::MAX as sys::CUstream;
-
-/// Where a call's node is known from: the stream it was captured on, or the node the stream
-/// reported.
-#[derive(Clone, Copy)]
-enum Made {
-    Stream(sys::CUstream),
-    Node(sys::CUgraphNode),
-}
 
 /// The nodes of `nodes` that the crate did not make outside a capture's guard, in order;
 /// `None` when a node it made there is not among them or was not reported.
@@ -849,47 +915,4 @@ fn in_order(
         .filter(|n| !outside.contains(n))
         .collect();
     (ours.len() + outside.len() == nodes.len()).then_some(ours)
-}
-
-/// What a call of a [`Capture`] captured, by the node the stream reported for it.
-pub(crate) enum Captured {
-    /// `malloc_async` or `malloc_from_pool_async`.
-    Alloc(GraphAllocation),
-    /// `free_async`.
-    Free(GraphAllocation),
-    /// `launch` or `launch_on`: the kernel's name and the allocations among its arguments.
-    Kernel(Arc<str>, Few<GraphAllocation>),
-    /// `memset_async` or `memcpy_async`: the node's kind and the allocations among its operands.
-    Use(NodeKind, Few<GraphAllocation>),
-}
-
-/// The record of a node this capture reported.
-fn known_node(
-    what: Captured,
-    id: u64,
-    by_address: Option<&mut IdMap<sys::CUdeviceptr, GraphAllocation>>,
-) -> NodeParts {
-    match what {
-        Captured::Alloc(a) => {
-            if let Some(by_address) = by_address {
-                by_address.insert(a.ptr(), a.clone());
-            }
-            (NodeKind::MemAlloc, Few::One((MemRole::Alloc, a)))
-        }
-        Captured::Free(a) => {
-            a.register_free(id, true);
-            (NodeKind::MemFree, Few::One((MemRole::Free, a)))
-        }
-        Captured::Kernel(name, uses) => (NodeKind::Kernel(name), as_uses(uses)),
-        Captured::Use(kind, uses) => (kind, as_uses(uses)),
-    }
-}
-
-/// A captured call's allocations as uses.
-fn as_uses(uses: Few<GraphAllocation>) -> Few<(MemRole, GraphAllocation)> {
-    match uses {
-        Few::Empty => Few::Empty,
-        Few::One(a) => Few::One((MemRole::Use, a)),
-        Few::Many(all) => Few::Many(all.into_iter().map(|a| (MemRole::Use, a)).collect()),
-    }
 }

@@ -633,7 +633,7 @@ impl ExecGraph {
         check(code, "cuGraphExecUpdate")?;
         // What the previous nodes refer to stays until the launches queued so far are done,
         // and so do the settings of single nodes, which the update replaced.
-        let previous = std::mem::replace(&mut self.keep, Some(keep));
+        let previous = self.keep.replace(keep);
         self.host_memory = host_memory;
         let settings = std::mem::take(&mut self.node_keeps);
         self.release_after_last_launch((previous, settings));

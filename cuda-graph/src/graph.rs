@@ -125,10 +125,8 @@ impl OwnedHandle for Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        for (allocation, roles) in self.record.allocations_with_roles() {
-            if roles & crate::record::FREES != 0 {
-                allocation.register_free(self.id, false);
-            }
+        for allocation in self.record.freed() {
+            allocation.register_free(self.id, false);
         }
         // Let go of in a release, where a panic in the drop of a value it holds (a host
         // closure's capture) is caught and recorded, as for the other holders of the list.
@@ -386,10 +384,16 @@ impl Graph {
     /// Appends a node to the record.
     #[inline]
     pub(crate) fn push(&mut self, raw: sys::CUgraphNode, kind: NodeKind, deps: Few<u32>) -> Node {
-        let index = self.record.push(raw, kind, deps) as u32;
+        let index = self.record.push(raw, kind, deps);
+        self.node_at(index)
+    }
+
+    /// The node at `index` of the record.
+    #[inline]
+    fn node_at(&self, index: usize) -> Node {
         Node {
             graph: self.id,
-            index,
+            index: index as u32,
         }
     }
 
@@ -460,17 +464,12 @@ impl Graph {
             self.id,
             params.label.clone(),
         );
-        self.keep.get_mut().push(allocation.keep());
-        let node = self.push_with(
-            raw,
-            NodeKind::MemAlloc,
-            indices,
-            [(MemRole::Alloc, &allocation)],
-        );
+        allocation.keep_in(self.keep.get_mut());
+        let index = self.record.push_alloc(raw, indices, allocation.clone());
         if let Some(label) = &params.label {
-            self.record.nodes[node.index()].set_label(label.clone());
+            self.record.nodes[index].set_label(label.clone());
         }
-        Ok((node, allocation))
+        Ok((self.node_at(index), allocation))
     }
 
     /// Adds a free node for `allocation` (`cuGraphAddMemFreeNode`): from this graph, or from
@@ -494,14 +493,11 @@ impl Graph {
             // address.
             unsafe { sys::cuGraphAddMemFreeNode(node, graph, deps, count, allocation.ptr()) }
         })?;
-        let node = self.push_with(
-            raw,
-            NodeKind::MemFree,
-            indices,
-            [(MemRole::Free, allocation)],
-        );
+        let index =
+            self.record
+                .push_ref(raw, NodeKind::MemFree, indices, MemRole::Free, allocation);
         allocation.register_free(self.id, true);
-        Ok(node)
+        Ok(self.node_at(index))
     }
 
     /// Adds a kernel node (`cuGraphAddKernelNode`). Graph allocations among `args` are recorded
@@ -550,8 +546,18 @@ impl Graph {
         let keep = self.keep.get_mut();
         function.keep_in(keep);
         args.keep_in(keep);
-        let uses = args.graph_allocations().map(|a| (MemRole::Use, a));
-        Ok(self.push_with(raw, kind, indices, uses))
+        let mut uses = args.graph_allocations();
+        Ok(match (uses.next(), uses.next()) {
+            (None, _) => self.push(raw, kind, indices),
+            (Some(a), None) => {
+                let index = self.record.push_ref(raw, kind, indices, MemRole::Use, a);
+                self.node_at(index)
+            }
+            _ => {
+                let uses = args.graph_allocations().map(|a| (MemRole::Use, a));
+                self.push_with(raw, kind, indices, uses)
+            }
+        })
     }
 
     /// Adds a memset node that writes `value` to `count` 32-bit words at the start of `target`.

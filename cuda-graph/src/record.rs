@@ -10,6 +10,7 @@
 //! nowhere included: [`check_record`](crate::check::check_record) reports those as violations
 //! and never panics on a record.
 
+use std::cell::Cell;
 use std::fmt;
 
 use crate::alloc::GraphAllocation;
@@ -188,6 +189,44 @@ pub struct Record {
     memory_nodes: bool,
 }
 
+thread_local! {
+    /// The emptied buffers of a record dropped on this thread, for the next record made here: a
+    /// program that builds one graph after another then grows no buffer (building is the hot
+    /// path of a graph that is rebuilt at every step).
+    static SPARE: Cell<(Vec<NodeRecord>, Vec<Entry>)> = const { Cell::new((Vec::new(), Vec::new())) };
+}
+
+/// The most nodes a spare buffer may hold room for: a record of a larger graph lets go of its
+/// buffers.
+const SPARE_NODES: usize = 1 << 16;
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        let mut nodes = std::mem::take(&mut self.nodes);
+        let mut allocations = std::mem::take(&mut self.allocations);
+        nodes.clear();
+        allocations.clear();
+        if nodes.capacity() > SPARE_NODES || allocations.capacity() > SPARE_NODES {
+            return;
+        }
+        // During the thread's teardown there is no spare to keep them in.
+        let _ = SPARE.try_with(|spare| {
+            let (n, a) = spare.take();
+            let nodes = if nodes.capacity() >= n.capacity() {
+                nodes
+            } else {
+                n
+            };
+            let allocations = if allocations.capacity() >= a.capacity() {
+                allocations
+            } else {
+                a
+            };
+            spare.set((nodes, allocations));
+        });
+    }
+}
+
 // SAFETY: the record holds the driver's node handles as identifiers only: it never passes them
 // to the driver. The `Graph` that owns a record makes every driver call with them, and is
 // neither `Sync` nor changed through `&self`. Everything else in it is `Send + Sync`.
@@ -211,11 +250,16 @@ impl Record {
         Record::default()
     }
 
-    /// The empty record of graph `graph`.
+    /// The empty record of graph `graph`, with the buffers of a record dropped before on this
+    /// thread.
     pub(crate) fn of_graph(graph: u64) -> Record {
+        let (nodes, allocations) = SPARE.try_with(Cell::take).unwrap_or_default();
         Record {
             graph,
-            ..Record::default()
+            nodes,
+            allocations,
+            keys: None,
+            memory_nodes: false,
         }
     }
 
@@ -429,6 +473,53 @@ impl Record {
         self.nodes.len() - 1
     }
 
+    /// Appends a node that allocates `allocation`, which no node of the record names yet (a new
+    /// alloc node's or captured allocation's), giving it the next key; returns the node's
+    /// position.
+    #[inline]
+    pub(crate) fn push_alloc(
+        &mut self,
+        raw: sys::CUgraphNode,
+        deps: Few<u32>,
+        allocation: GraphAllocation,
+    ) -> usize {
+        let key = self.new_key(allocation, ALLOCATES);
+        self.memory_nodes = true;
+        self.nodes.push(NodeRecord {
+            raw,
+            kind: NodeKind::MemAlloc,
+            deps,
+            refs: Few::One((MemRole::Alloc, key)),
+            extra: None,
+        });
+        self.nodes.len() - 1
+    }
+
+    /// Appends a node that has `role` for `allocation` alone; returns its position.
+    #[inline]
+    pub(crate) fn push_ref(
+        &mut self,
+        raw: sys::CUgraphNode,
+        kind: NodeKind,
+        deps: Few<u32>,
+        role: MemRole,
+        allocation: &GraphAllocation,
+    ) -> usize {
+        let key = self.key_for(allocation);
+        if let Some(e) = self.allocations.get_mut(key.0) {
+            e.roles |= role.bit();
+        }
+        self.memory_nodes |= role != MemRole::Use;
+        self.nodes.push(NodeRecord {
+            raw,
+            kind,
+            deps,
+            refs: Few::One((role, key)),
+            extra: None,
+        });
+        self.nodes.len() - 1
+    }
+
     /// Records that `node` has `role` for `allocation`, giving the allocation its key when the
     /// record first sees it.
     #[inline]
@@ -445,18 +536,24 @@ impl Record {
         if newest.is_some_and(|h| h.same(allocation)) {
             return AllocKey(self.allocations.len() - 1);
         }
-        let id = allocation.id();
-        if let Some(key) = self.find(id) {
+        if let Some(key) = self.find(allocation.id()) {
             return key;
         }
+        self.new_key(allocation.clone(), 0)
+    }
+
+    /// Gives `allocation`, which the record does not have, the next key, with role bits `roles`.
+    #[inline]
+    fn new_key(&mut self, allocation: GraphAllocation, roles: u8) -> AllocKey {
+        let id = allocation.id();
         let key = self.allocations.len();
         let rising = self.allocations.last().is_none_or(|e| e.id < id);
         self.allocations.push(Entry {
-            handle: Some(allocation.clone()),
+            handle: Some(allocation),
             id,
             description: String::new(),
             freed_elsewhere: false,
-            roles: 0,
+            roles,
         });
         match &mut self.keys {
             Some(keys) => {
@@ -469,6 +566,13 @@ impl Record {
             }
         }
         AllocKey(key)
+    }
+
+    /// The allocations the record frees.
+    pub(crate) fn freed(&self) -> impl Iterator<Item = &GraphAllocation> {
+        self.allocations_with_roles()
+            .filter(|&(_, roles)| roles & FREES != 0)
+            .map(|(a, _)| a)
     }
 
     fn add_key(&mut self, node: usize, role: MemRole, key: AllocKey) {

@@ -6,6 +6,8 @@
 //! It only confirms: when a rule fails, or the record is not of this shape, [`verify`] says no
 //! and the general check runs, finds the violations and names them.
 
+use std::cell::Cell;
+
 use super::{AllocKey, Record};
 use crate::record::MemRole;
 
@@ -31,21 +33,30 @@ impl Entry {
     };
 }
 
+thread_local! {
+    /// The buffers of the check before on this thread, for the next one: instantiating one
+    /// graph after another then allocates nothing here.
+    static SCRATCH: Cell<(Vec<u64>, Vec<Entry>)> = const { Cell::new((Vec::new(), Vec::new())) };
+}
+
 /// Whether `record` has the fast check's shape and breaks no rule.
 pub(super) fn verify(record: &Record) -> bool {
+    let (mut ancestors, mut entries) = SCRATCH.try_with(Cell::take).unwrap_or_default();
+    let confirmed = verify_with(record, &mut ancestors, &mut entries);
+    let _ = SCRATCH.try_with(|scratch| scratch.set((ancestors, entries)));
+    confirmed
+}
+
+/// [`verify`], in the buffers `ancestors` and `entries`.
+fn verify_with(record: &Record, ancestors: &mut Vec<u64>, entries: &mut Vec<Entry>) -> bool {
     let nodes = record.nodes();
     let n = nodes.len();
     // ancestors[i], bit b: node i - 1 - b is an ancestor of node i.
-    let mut inline = [0u64; W];
-    let mut heap = Vec::new();
-    let ancestors: &mut [u64] = if n <= W {
-        &mut inline[..n]
-    } else {
-        heap.resize(n, 0);
-        &mut heap
-    };
+    ancestors.clear();
+    ancestors.resize(n, 0);
     // By key: the record gives every allocation its key.
-    let mut entries = vec![Entry::UNSEEN; record.allocation_count()];
+    entries.clear();
+    entries.resize(record.allocation_count(), Entry::UNSEEN);
     for (i, node) in nodes.iter().enumerate() {
         let mut set = 0u64;
         for &d in node.deps() {
