@@ -10,7 +10,9 @@ use crate::deferred::{self, CapturedOutside, Restricts};
 use crate::device::Device;
 use crate::error::{Error, Result, check, driver};
 use crate::event::{Event, EventFlags};
-use crate::graph::{Graph, NodeKind, add_edges, next_graph_id, nodes_and_edges, read_graph};
+use crate::graph::{
+    Graph, Listed, NodeKind, add_edges, next_graph_id, nodes_and_edges, read_graph,
+};
 use crate::inline_list::Few;
 use crate::int_hash::IdMap;
 use crate::keep::KeepList;
@@ -175,7 +177,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
             outside,
             id,
             record: RefCell::new(Record::of_graph(id)),
-            streams: RefCell::new(Vec::new()),
+            streams: RefCell::new(SPARE_STREAMS.try_with(Cell::take).unwrap_or_default()),
             // Only the crate queues work on an owned stream (its raw handle aside: see
             // `Capture`); other code may queue work on a borrowed one.
             each_call: Cell::new(stream.tail().is_none()),
@@ -617,7 +619,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
             return Ok(());
         };
         // SAFETY: the graph of a capture in progress, read but not changed.
-        let nodes = unsafe { crate::graph::graph_nodes(graph) }?;
+        let mut listed = Listed::new();
+        unsafe { crate::graph::graph_nodes(graph, &mut listed.nodes) }?;
+        let nodes = &listed.nodes;
         let mut record = self.record.borrow_mut();
         let outside = self.outside.nodes();
         let unmatched = || Error::CaptureNotMatched {
@@ -625,7 +629,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
             captured: record.nodes.len() + outside.len(),
             found: nodes.len(),
         };
-        let ours = in_order(&nodes, &outside).ok_or_else(unmatched)?;
+        let ours = in_order(nodes, &outside).ok_or_else(unmatched)?;
         if ours.len() != record.nodes.len() {
             return Err(unmatched());
         }
@@ -715,7 +719,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
     unsafe fn read_in_order(&self, raw: sys::CUgraph) -> Result<Graph> {
         let mut graph = Graph::wrap(raw, self.stream.device(), self.id);
         // SAFETY: the caller hands over a live graph.
-        let (nodes, from, to) = unsafe { nodes_and_edges(raw) }?;
+        let listed = unsafe { nodes_and_edges(raw) }?;
+        let Listed { nodes, from, to } = &listed;
         let mut record = self.record.take();
         let mut streams = self.streams.take();
         let outside = self.outside.nodes();
@@ -729,14 +734,14 @@ impl<'s, S: AsStream> Capture<'s, S> {
             return Err(unmatched);
         }
         if outside.is_empty() {
-            for (node, &raw) in record.nodes.iter_mut().zip(&nodes) {
+            for (node, &raw) in record.nodes.iter_mut().zip(nodes) {
                 node.raw = raw;
             }
         } else {
             // The nodes the crate made outside the guard go where the driver lists them.
             let mut ours = std::mem::take(&mut record.nodes).into_iter();
             let mut on = std::mem::take(&mut streams).into_iter();
-            for &raw in &nodes {
+            for &raw in nodes {
                 if outside.contains(&Some(raw)) {
                     // SAFETY: the node belongs to the live graph.
                     let kind = unsafe { crate::graph::node_kind(raw) }?;
@@ -752,7 +757,10 @@ impl<'s, S: AsStream> Capture<'s, S> {
                 }
             }
         }
-        if !add_edges(&mut record, &nodes, &from, &to) || !chained(&record, &streams) {
+        let confirmed = add_edges(&mut record, nodes, from, to) && chained(&record, &streams);
+        streams.clear();
+        let _ = SPARE_STREAMS.try_with(|spare| spare.set(streams));
+        if !confirmed {
             return Err(unmatched);
         }
         for allocation in record.freed() {
@@ -874,26 +882,50 @@ pub fn capture<S: AsStream, T>(
 /// on events during a capture add dependencies, never remove them): a check that the driver
 /// listed the nodes in the order captured.
 fn chained(record: &Record, streams: &[sys::CUstream]) -> bool {
-    // The last position on each stream: captures use few streams, most one.
-    let mut last: Vec<(sys::CUstream, usize)> = Vec::new();
+    // The last position on each stream: captures use few streams, most of them one, so the
+    // first stream is kept apart from the others.
+    let mut first: Option<(sys::CUstream, usize)> = None;
+    let mut others: Vec<(sys::CUstream, usize)> = Vec::new();
     for (position, &stream) in streams.iter().enumerate() {
         if stream == OUTSIDE {
             // A node the crate made outside the guard, on a stream it does not know: the next
             // call on each stream may follow it rather than the call before.
-            last.clear();
+            first = None;
+            others.clear();
             continue;
         }
-        match last.iter_mut().find(|(s, _)| *s == stream) {
-            Some((_, before)) => {
-                if !record.nodes[position].deps.contains(&(*before as u32)) {
-                    return false;
+        let last = match &mut first {
+            Some((s, at)) if *s == stream => Some(at),
+            Some(_) => match others.iter_mut().find(|(s, _)| *s == stream) {
+                Some((_, at)) => Some(at),
+                None => {
+                    others.push((stream, position));
+                    None
                 }
-                *before = position;
+            },
+            None => {
+                first = Some((stream, position));
+                None
             }
-            None => last.push((stream, position)),
+        };
+        if let Some(at) = last {
+            let before = *at as u32;
+            let joined = match &record.nodes[position].deps {
+                Few::One(d) => *d == before,
+                deps => deps.contains(&before),
+            };
+            if !joined {
+                return false;
+            }
+            *at = position;
         }
     }
     true
+}
+
+thread_local! {
+    /// The emptied stream list of the last capture that ended on this thread, for the next.
+    static SPARE_STREAMS: Cell<Vec<sys::CUstream>> = const { Cell::new(Vec::new()) };
 }
 
 /// In the streams [`chained`] checks, a node the crate made outside the guard.

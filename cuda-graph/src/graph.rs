@@ -1,7 +1,7 @@
 //! Explicit graphs: the builder, which writes each node into the graph's [`Record`] (read by
 //! the lifetime checks of [`crate::check`], without a GPU), and reading a raw graph into one.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::ffi::c_void;
@@ -1143,7 +1143,7 @@ where
 {
     let mut graph = Graph::wrap(raw, device, id);
     // SAFETY: the caller hands over a live graph.
-    let (nodes, from, to) = unsafe { nodes_and_edges(raw) }?;
+    let Listed { nodes, from, to } = &unsafe { nodes_and_edges(raw) }?;
     // The driver lists a captured graph's nodes in the order captured (so far): each known node
     // is then the next of `captured`, and no map is needed. From the first node out of that
     // order on, the rest are looked up by handle.
@@ -1157,7 +1157,7 @@ where
         made.entry(a.ptr()).or_default().push_back(a.clone());
     }
     graph.record.nodes.reserve(nodes.len());
-    for &node in &nodes {
+    for &node in nodes {
         let what = match in_order.peek() {
             // (Empty once `known` is made.)
             Some(&(next, _)) if next == node => in_order.next().map(|(_, w)| w),
@@ -1317,24 +1317,86 @@ pub(crate) unsafe fn node_kind(node: sys::CUgraphNode) -> Result<NodeKind> {
     })
 }
 
-/// The graph's nodes (`cuGraphGetNodes`), in the order the driver lists them.
+/// Fills `list` from a driver call that writes up to `count` entries and says how many it
+/// wrote; `list` ends up holding exactly those.
+///
+/// # Safety
+///
+/// `fill(ptr, &mut n)` writes at most `n` entries at `ptr` and sets `n` to the number written.
+unsafe fn fill_list(
+    list: &mut Vec<sys::CUgraphNode>,
+    count: usize,
+    fill: impl FnOnce(*mut sys::CUgraphNode, &mut usize) -> Result<()>,
+) -> Result<()> {
+    list.clear();
+    list.reserve(count);
+    let mut written = count;
+    fill(list.as_mut_ptr(), &mut written)?;
+    // SAFETY: the driver wrote `written` entries, at most the `count` reserved.
+    unsafe { list.set_len(written.min(count)) };
+    Ok(())
+}
+
+/// The graph's nodes (`cuGraphGetNodes`), in the order the driver lists them, into `nodes`.
 ///
 /// # Safety
 ///
 /// `raw` is a live graph.
-pub(crate) unsafe fn graph_nodes(raw: sys::CUgraph) -> Result<Vec<sys::CUgraphNode>> {
+pub(crate) unsafe fn graph_nodes(
+    raw: sys::CUgraph,
+    nodes: &mut Vec<sys::CUgraphNode>,
+) -> Result<()> {
     let mut count = 0;
     // SAFETY: a null array asks for the count.
     driver!(unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) })?;
-    let mut nodes = vec![std::ptr::null_mut(); count];
+    nodes.clear();
     // An empty graph: ask no further (the driver refuses non-null arrays with a count of 0, as
     // cuGraphGetEdges does on the H200's 580 driver; the guard here is a precaution).
-    if count > 0 {
-        // SAFETY: the array holds `count` entries.
-        driver!(unsafe { sys::cuGraphGetNodes(raw, nodes.as_mut_ptr(), &mut count) })?;
+    if count == 0 {
+        return Ok(());
     }
-    nodes.truncate(count);
-    Ok(nodes)
+    let fill = |at, n: &mut usize| {
+        // SAFETY: `at` has room for `n` entries.
+        driver!(unsafe { sys::cuGraphGetNodes(raw, at, n) })
+    };
+    // SAFETY: the driver writes at most `n` nodes and says how many.
+    unsafe { fill_list(nodes, count, fill) }
+}
+
+thread_local! {
+    /// The emptied buffers of the last [`Listed`] dropped on this thread, for the next.
+    static LISTED: Cell<[Vec<sys::CUgraphNode>; 3]> = const { Cell::new([Vec::new(), Vec::new(), Vec::new()]) };
+}
+
+/// A graph's nodes and its edges (`from[i] → to[i]`) as the driver lists them, read into
+/// buffers reused per thread: reading a captured graph back is on the capture's hot path.
+pub(crate) struct Listed {
+    pub(crate) nodes: Vec<sys::CUgraphNode>,
+    pub(crate) from: Vec<sys::CUgraphNode>,
+    pub(crate) to: Vec<sys::CUgraphNode>,
+}
+
+impl Listed {
+    /// Empty lists, in this thread's spare buffers.
+    pub(crate) fn new() -> Listed {
+        let [nodes, from, to] = LISTED.try_with(Cell::take).unwrap_or_default();
+        Listed { nodes, from, to }
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        let lists = [
+            std::mem::take(&mut self.nodes),
+            std::mem::take(&mut self.from),
+            std::mem::take(&mut self.to),
+        ];
+        if lists.iter().any(|l| l.capacity() > 1 << 20) {
+            return;
+        }
+        // During the thread's teardown there is no spare to keep them in.
+        let _ = LISTED.try_with(|spare| spare.set(lists));
+    }
 }
 
 /// The graph's nodes, and its edges as two lists (from, to).
@@ -1342,9 +1404,10 @@ pub(crate) unsafe fn graph_nodes(raw: sys::CUgraph) -> Result<Vec<sys::CUgraphNo
 /// # Safety
 ///
 /// `raw` is a live graph.
-pub(crate) unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<NodeLists> {
+pub(crate) unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<Listed> {
+    let mut listed = Listed::new();
     // SAFETY: the caller's.
-    let nodes = unsafe { graph_nodes(raw) }?;
+    unsafe { graph_nodes(raw, &mut listed.nodes) }?;
     let mut edges = 0;
     check(
         // SAFETY: null arrays ask for the count.
@@ -1359,33 +1422,33 @@ pub(crate) unsafe fn nodes_and_edges(raw: sys::CUgraph) -> Result<NodeLists> {
         },
         "cuGraphGetEdges",
     )?;
-    let mut from = vec![std::ptr::null_mut(); edges];
-    let mut to = vec![std::ptr::null_mut(); edges];
+    listed.from.clear();
+    listed.to.clear();
     // A graph without edges (a single node) must not be asked with non-null arrays: the driver
     // returns CUDA_ERROR_INVALID_VALUE (seen capturing one kernel on the H200, driver 580).
-    if edges > 0 {
-        check(
-            // SAFETY: both arrays hold `edges` entries; edge data is not asked for.
-            unsafe {
-                sys::cuGraphGetEdges_v2(
-                    raw,
-                    from.as_mut_ptr(),
-                    to.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                    &mut edges,
-                )
-            },
-            "cuGraphGetEdges",
-        )?;
+    if edges == 0 {
+        return Ok(listed);
     }
-    from.truncate(edges);
-    to.truncate(edges);
-    Ok((nodes, from, to))
+    listed.from.reserve(edges);
+    listed.to.reserve(edges);
+    let mut written = edges;
+    check(
+        // SAFETY: both arrays have room for `edges` entries; edge data is not asked for.
+        unsafe {
+            sys::cuGraphGetEdges_v2(
+                raw,
+                listed.from.as_mut_ptr(),
+                listed.to.as_mut_ptr(),
+                std::ptr::null_mut(),
+                &mut written,
+            )
+        },
+        "cuGraphGetEdges",
+    )?;
+    // SAFETY: the driver wrote `written` entries of each array, at most the `edges` reserved.
+    unsafe {
+        listed.from.set_len(written.min(edges));
+        listed.to.set_len(written.min(edges));
+    }
+    Ok(listed)
 }
-
-/// A graph's nodes, and its edges' sources and targets.
-pub(crate) type NodeLists = (
-    Vec<sys::CUgraphNode>,
-    Vec<sys::CUgraphNode>,
-    Vec<sys::CUgraphNode>,
-);
