@@ -479,7 +479,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         check_host_memcpy(CALL, dst, src.byte_len(), bytes)?;
         // Kept before the copy is captured: a node that exists keeps its source, whatever fails
         // after it.
-        self.keep.borrow_mut().push(src.keep());
+        self.keep.borrow_mut().push_host(src.keep());
         let operands = KernelArgs::new().ptr(dst);
         self.captured_use(NodeKind::Memcpy, &operands, || {
             // SAFETY: `bytes` fit both (checked); the stream captures, so the copy becomes a
@@ -513,7 +513,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ) -> Result<()> {
         const CALL: &str = "Capture::memcpy_dtoh_async";
         check_host_memcpy(CALL, src, dst.byte_len(), bytes)?;
-        self.keep.borrow_mut().push(dst.keep());
+        self.keep.borrow_mut().push_host(dst.keep());
         let operands = KernelArgs::new().ptr(src);
         self.captured_use(NodeKind::Memcpy, &operands, || {
             // SAFETY: as in `memcpy_htod_async`, with the pinned memory written.
@@ -698,7 +698,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         };
         let keep = graph.keep.get_mut();
         keep.take_from(self.keep.get_mut());
-        keep.extend(self.outside.take_keep());
+        keep.extend_unknown(self.outside.take_keep());
         Ok(graph)
     }
 

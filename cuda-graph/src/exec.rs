@@ -236,6 +236,9 @@ fn refuse_capture(stream: &impl AsStream) -> Result<()> {
 /// conditional bodies', all of which are in the list), once each, in address order (the order
 /// launches lock them in).
 fn host_memory_in(keep: &Kept) -> Vec<Arc<HostMemory>> {
+    if !keep.may_hold_host_memory() {
+        return Vec::new();
+    }
     crate::host_memory::in_address_order(keep.of_type::<HostMemory>())
 }
 
@@ -245,6 +248,10 @@ fn host_memory_in(keep: &Kept) -> Vec<Arc<HostMemory>> {
 fn locked_order<const N: usize>(
     lists: [&[GraphAllocation]; N],
 ) -> (Vec<GraphAllocation>, [Vec<usize>; N]) {
+    if lists.iter().all(|l| l.is_empty()) {
+        // A graph whose allocations are all its own and freed in it: nothing to lock.
+        return (Vec::new(), std::array::from_fn(|_| Vec::new()));
+    }
     let mut locked: Vec<GraphAllocation> = lists.iter().flat_map(|l| l.iter()).cloned().collect();
     locked.sort_by_key(GraphAllocation::id);
     locked.dedup_by_key(|a| a.id());

@@ -606,7 +606,7 @@ impl Graph {
         })?;
         let uses = target.graph_allocation().map(|a| (MemRole::Use, a));
         let node = self.push_with(raw, NodeKind::Memset, indices, uses);
-        self.keep.get_mut().push(target.owner().keep());
+        target.owner().keep_in(self.keep.get_mut());
         Ok(node)
     }
 
@@ -730,9 +730,9 @@ impl Graph {
         let uses = [dst.graph_allocation(), src.graph_allocation()];
         let uses = uses.into_iter().flatten().map(|a| (MemRole::Use, a));
         let node = self.push_with(raw, NodeKind::Memcpy, indices, uses);
-        self.keep
-            .get_mut()
-            .extend([dst.owner().keep(), src.owner().keep()]);
+        let keep = self.keep.get_mut();
+        dst.owner().keep_in(keep);
+        src.owner().keep_in(keep);
         Ok(node)
     }
 
@@ -834,7 +834,9 @@ impl Graph {
         })?;
         let uses = device.graph_allocation().map(|a| (MemRole::Use, a));
         let node = self.push_with(raw, NodeKind::Memcpy, indices, uses);
-        self.keep.get_mut().extend([device.owner().keep(), host]);
+        let keep = self.keep.get_mut();
+        device.owner().keep_in(keep);
+        keep.push_host(host);
         Ok(node)
     }
 

@@ -28,6 +28,9 @@ const RECENT: usize = 4;
 pub(crate) struct KeepList {
     fresh: Vec<Keep>,
     shared: Option<Arc<Kept>>,
+    /// Whether `fresh` may hold host-visible memory: pushed with
+    /// [`push_host`](KeepList::push_host), or in a kept list that may.
+    host: bool,
 }
 
 /// A shared, frozen part of a [`KeepList`]: its values and the part shared before it.
@@ -35,6 +38,9 @@ pub(crate) struct KeepList {
 pub(crate) struct Kept {
     items: Vec<Keep>,
     earlier: Option<Arc<Kept>>,
+    /// Whether it or an earlier part may hold host-visible memory: launches record their uses
+    /// in such memory, and a list without any is not searched for it.
+    host: bool,
 }
 
 impl fmt::Debug for KeepList {
@@ -67,12 +73,29 @@ impl KeepList {
     #[inline]
     pub(crate) fn push(&mut self, keep: Keep) {
         if !self.holds_recent(address(&keep)) {
+            self.host |= keep.downcast_ref::<Kept>().is_some_and(|k| k.host);
             self.fresh.push(keep);
         }
     }
 
+    /// Appends host-visible memory (pinned or managed: launches record their uses in it), as
+    /// [`push`](KeepList::push).
+    #[inline]
+    pub(crate) fn push_host(&mut self, keep: Keep) {
+        self.host = true;
+        self.push(keep);
+    }
+
+    /// Appends values of which any may be host-visible memory.
+    pub(crate) fn extend_unknown(&mut self, keep: impl IntoIterator<Item = Keep>) {
+        for keep in keep {
+            self.push_host(keep);
+        }
+    }
+
     /// Appends a clone of `value` unless one of the newest entries is the same object: no
-    /// reference count is touched for a value the list already holds.
+    /// reference count is touched for a value the list already holds. Not for host-visible
+    /// memory ([`push_host`](KeepList::push_host)).
     #[inline]
     pub(crate) fn push_arc<T: Any + Send + Sync>(&mut self, value: &Arc<T>) {
         if !self.holds_recent(address(value)) {
@@ -80,17 +103,13 @@ impl KeepList {
         }
     }
 
-    pub(crate) fn extend(&mut self, keep: impl IntoIterator<Item = Keep>) {
-        for keep in keep {
-            self.push(keep);
-        }
-    }
-
     /// Adds what `other` holds (a capture's or a conditional body's list).
     pub(crate) fn take_from(&mut self, other: &mut KeepList) {
         if let Some(shared) = other.shared.take() {
+            self.host |= shared.host;
             self.fresh.push(shared as Keep);
         }
+        self.host |= std::mem::take(&mut other.host);
         self.fresh.append(&mut other.fresh);
     }
 
@@ -99,9 +118,12 @@ impl KeepList {
         match &self.shared {
             Some(shared) if self.fresh.is_empty() => shared.clone(),
             _ => {
+                let earlier = self.shared.take();
                 let kept = Arc::new(Kept {
                     items: std::mem::take(&mut self.fresh),
-                    earlier: self.shared.take(),
+                    host: std::mem::take(&mut self.host)
+                        || earlier.as_ref().is_some_and(|e| e.host),
+                    earlier,
                 });
                 self.shared = Some(kept.clone());
                 kept
@@ -111,6 +133,11 @@ impl KeepList {
 }
 
 impl Kept {
+    /// Whether it may hold host-visible memory (what [`KeepList::push_host`] pushed).
+    pub(crate) fn may_hold_host_memory(&self) -> bool {
+        self.host
+    }
+
     /// The values that are a `T` (host-visible memory, which launches record their uses in),
     /// cloned, also those of earlier parts and of kept lists held as values.
     pub(crate) fn of_type<T: Any + Send + Sync>(&self) -> Vec<Arc<T>> {

@@ -14,7 +14,7 @@ use crate::device::Device;
 use crate::error::{Error, Result, driver};
 use crate::handle::Handle;
 use crate::host_memory::{HostBuffer, HostMemory};
-use crate::keep::Keep;
+use crate::keep::{Keep, KeepList};
 use crate::managed::Managed;
 use crate::stream::{AsStream, BorrowedStream};
 use crate::stream_alloc::{StreamAllocation, StreamMemory};
@@ -73,15 +73,15 @@ pub enum Owner<'a> {
 }
 
 impl Owner<'_> {
-    /// A value that keeps the memory allocated while it lives.
-    pub(crate) fn keep(&self) -> Keep {
+    /// Keeps the memory allocated for as long as `list` and what it is shared with hold it.
+    pub(crate) fn keep_in(&self, list: &mut KeepList) {
         match self {
-            Owner::Graph(a) => a.keep(),
-            Owner::Stream(m) => Arc::clone(m) as Keep,
-            Owner::Buffer(m) => Arc::clone(m) as Keep,
+            Owner::Graph(a) => a.keep_in(list),
+            Owner::Stream(m) => list.push_arc(m),
+            Owner::Buffer(m) => list.push_arc(m),
             #[cfg(feature = "cudarc")]
-            Owner::Cudarc(m) => Arc::clone(m) as Keep,
-            Owner::Host(m) => Arc::clone(m) as Keep,
+            Owner::Cudarc(m) => list.push_arc(m),
+            Owner::Host(m) => list.push_host(Arc::clone(m) as Keep),
         }
     }
 }

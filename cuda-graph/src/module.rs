@@ -629,7 +629,7 @@ impl KernelArgs {
                 ArgOwner::Buffer(m) => list.push_arc(m),
                 #[cfg(feature = "cudarc")]
                 ArgOwner::Cudarc(m) => list.push_arc(m),
-                ArgOwner::Host(m) => list.push_arc(m),
+                ArgOwner::Host(m) => list.push_host(m.clone() as Keep),
             }
         }
     }
