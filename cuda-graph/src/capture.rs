@@ -618,8 +618,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
             // Not capturing any more (invalidated): ending the capture reports it.
             return Ok(());
         };
-        // SAFETY: the graph of a capture in progress, read but not changed.
         let mut listed = Listed::new();
+        // SAFETY: the graph of a capture in progress, read but not changed.
         unsafe { crate::graph::graph_nodes(graph, &mut listed.nodes) }?;
         let nodes = &listed.nodes;
         let mut record = self.record.borrow_mut();

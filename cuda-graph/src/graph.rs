@@ -1183,7 +1183,7 @@ where
             refs.iter().map(|(role, a)| (*role, a)),
         );
     }
-    add_edges(&mut graph.record, &nodes, &from, &to);
+    add_edges(&mut graph.record, nodes, from, to);
     Ok(graph)
 }
 
