@@ -717,21 +717,23 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ///
     /// `raw` is this capture's graph, owned by nobody else.
     unsafe fn read_in_order(&self, raw: sys::CUgraph) -> Result<Graph> {
-        let mut graph = Graph::wrap(raw, self.stream.device(), self.id);
+        // Destroys `raw` if reading it fails.
+        let mut graph = Graph::wrap_with(raw, self.stream.device(), self.id, Record::default());
         // SAFETY: the caller hands over a live graph.
         let listed = unsafe { nodes_and_edges(raw) }?;
         let Listed { nodes, from, to } = &listed;
         let mut record = self.record.take();
         let mut streams = self.streams.take();
         let outside = self.outside.nodes();
-        let unmatched = Error::CaptureNotMatched {
+        let (captured, found) = (record.nodes.len() + outside.len(), nodes.len());
+        let unmatched = || Error::CaptureNotMatched {
             call: "Capture::end",
-            captured: record.nodes.len() + outside.len(),
-            found: nodes.len(),
+            captured,
+            found,
         };
         let count = record.nodes.len();
         if nodes.len() != count + outside.len() || streams.len() != count {
-            return Err(unmatched);
+            return Err(unmatched());
         }
         if outside.is_empty() {
             for (node, &raw) in record.nodes.iter_mut().zip(nodes) {
@@ -749,7 +751,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
                     streams.push(OUTSIDE);
                 } else {
                     let (Some(mut node), Some(stream)) = (ours.next(), on.next()) else {
-                        return Err(unmatched);
+                        return Err(unmatched());
                     };
                     node.raw = raw;
                     record.nodes.push(node);
@@ -761,7 +763,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         streams.clear();
         let _ = SPARE_STREAMS.try_with(|spare| spare.set(streams));
         if !confirmed {
-            return Err(unmatched);
+            return Err(unmatched());
         }
         for allocation in record.freed() {
             allocation.register_free(self.id, true);

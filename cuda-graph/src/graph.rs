@@ -163,11 +163,16 @@ impl Graph {
     }
 
     pub(crate) fn wrap(raw: sys::CUgraph, device: &Device, id: u64) -> Graph {
+        Graph::wrap_with(raw, device, id, Record::of_graph(id))
+    }
+
+    /// [`wrap`](Graph::wrap) with `record` as the graph's record.
+    pub(crate) fn wrap_with(raw: sys::CUgraph, device: &Device, id: u64, record: Record) -> Graph {
         Graph {
             raw,
             device: device.clone(),
             id,
-            record: Record::of_graph(id),
+            record,
             keep: RefCell::default(),
             instantiated: Arc::new(AtomicBool::new(false)),
             owns_raw: true,

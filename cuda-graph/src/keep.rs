@@ -110,7 +110,11 @@ impl KeepList {
             self.fresh.push(shared as Keep);
         }
         self.host |= std::mem::take(&mut other.host);
-        self.fresh.append(&mut other.fresh);
+        if self.fresh.is_empty() {
+            std::mem::swap(&mut self.fresh, &mut other.fresh);
+        } else {
+            self.fresh.append(&mut other.fresh);
+        }
     }
 
     /// The list as it is now, frozen: later pushes do not reach it.

@@ -562,7 +562,11 @@ fn other_code_in_a_capture_is_refused_on_owned_streams_and_read_on_borrowed_ones
         "the copy uses the capture's allocation: {:?}",
         copy.refs()
     );
-    assert_eq!(copy.deps(), [1], "the copy follows the raw fill on the forked stream");
+    assert_eq!(
+        copy.deps(),
+        [1],
+        "the copy follows the raw fill on the forked stream"
+    );
     graph.check().unwrap();
     let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
     exec.launch(&s1).unwrap();
