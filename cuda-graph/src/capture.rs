@@ -59,6 +59,15 @@ impl CaptureMode {
 /// A guard that is forgotten (`std::mem::forget`) leaves the stream capturing and those releases
 /// put off; dropping the stream then ends the capture and records
 /// [`Error::CaptureLeftOpen`] in [`Device::drop_errors`](crate::Device::drop_errors).
+///
+/// Each call records its node in the graph's record as it captures. On an owned [`Stream`]
+/// the node's handle is found when the capture ends, by the order in which the driver lists
+/// the nodes, which the edges confirm: no driver call per captured call. Work queued on such a
+/// stream through its raw handle meanwhile makes nodes the crate did not capture, and the
+/// capture ends with [`Error::CaptureNotMatched`]. On a [`BorrowedStream`](crate::BorrowedStream)
+/// (`stream.borrow()` for an owned one), and from the [`fork`](Capture::fork) of one on, each
+/// call asks the driver for its node (`cuStreamGetCaptureInfo`), and other code may add nodes:
+/// they are read from the driver (the crate docs' "Safety model").
 #[must_use = "dropping the guard ends the capture and discards the graph; call `end`"]
 pub struct Capture<'s, S: AsStream> {
     stream: &'s S,

@@ -263,6 +263,24 @@
 //! (`tests/compile-fail/instantiate_unchecked_needs_unsafe`); a child graph moved into a parent
 //! is checked before it disappears into one node (`tests/attack_stub.rs`).
 //!
+//! **A captured graph's nodes are matched to the calls that made them.** The checks read a
+//! captured graph's record, so each node's uses must be the ones of the call that made it. On
+//! an owned [`Stream`], which only the crate queues work on, [`Capture::end`] matches them by
+//! the order in which `cuGraphGetNodes` lists them, the order captured, and confirms it before
+//! the record is used: the graph holds exactly the nodes the crate captured (those it captured
+//! outside the guard, through [`Function::launch`] or [`StreamMemOps`], are known by handle),
+//! every edge leads from an earlier node to a later one, and each call depends on the call
+//! before it on the same stream, as every operation captured on a stream does (an event wait in
+//! a capture adds dependencies, never removes them). Otherwise it returns
+//! [`Error::CaptureNotMatched`] and destroys the graph (`tests/capture_stub.rs`: raw work on the
+//! stream, a driver listing the nodes in reverse order; `tests/safe_capture.rs`:
+//! `nodes_matched_by_order_agree_with_nodes_asked_for`,
+//! `other_code_in_a_capture_is_refused_on_owned_streams_and_read_on_borrowed_ones`). On a
+//! [`BorrowedStream`], and from the fork of one on, other code may add nodes: each call asks the
+//! driver for its node (`cuStreamGetCaptureInfo`), and the nodes the crate did not make are read
+//! from the driver. What the order check cannot see: work queued through an owned stream's raw
+//! handle that both adds and removes nodes of the capture.
+//!
 //! **No error is dropped.** Driver errors met in `Drop`, and panics of values dropped by a
 //! deferred release, are counted per device, with the last one: [`Device::drop_errors`]. The
 //! GPU tests assert the record stays empty.
