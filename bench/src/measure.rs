@@ -97,6 +97,9 @@ pub enum Metric {
     StreamEnqueue,
     /// The kernel chain: updating the executable graph in place from the step's new graph.
     Update,
+    /// The build over the raw path's in the same round: per repetition, the median over its
+    /// rounds. A factor.
+    BuildVsRaw,
     /// Update over C's in the same round: per repetition, the median over its rounds. A factor.
     UpdateVsC,
     /// Update over the raw path's in the same round, the same way. A factor.
@@ -129,6 +132,7 @@ impl Metric {
     /// The ratio to the raw path that is recorded round by round for this metric, if any.
     pub fn paired_raw(self) -> Option<Metric> {
         match self {
+            Metric::Build => Some(Metric::BuildVsRaw),
             Metric::SteadyEnqueue => Some(Metric::SteadyEnqueueVsRaw),
             Metric::Update => Some(Metric::UpdateVsRaw),
             Metric::UpdateInstantiate => Some(Metric::UpdateInstantiateVsRaw),
@@ -321,9 +325,12 @@ fn cycles(
         return Ok(());
     };
     let w = Workload::Graph(mode);
-    let c = variants
-        .iter()
-        .position(|v| v.checked && paths[v.path].id() == PathId::C);
+    let of = |path: PathId| {
+        variants
+            .iter()
+            .position(|v| v.checked && paths[v.path].id() == path)
+    };
+    let (c, raw) = (of(PathId::C), of(PathId::Raw));
     for (v, variant) in variants.iter().enumerate() {
         let id = paths[variant.path].id();
         if let Some(c) = c.filter(|_| variant.checked) {
@@ -331,6 +338,12 @@ fn cycles(
                 .entry((w, k, Metric::BuildInstantiateVsC, id))
                 .or_default()
                 .push(median_ratio(&sum[v], &sum[c]));
+        }
+        if let Some(raw) = raw.filter(|&r| variant.checked && r != v) {
+            samples
+                .entry((w, k, Metric::BuildVsRaw, id))
+                .or_default()
+                .push(median_ratio(&build[v], &build[raw]));
         }
         let mut put = |metric: Metric, values: &[f64]| {
             samples
@@ -1036,6 +1049,21 @@ mod tests {
             );
             let speedup = &samples[&(Workload::Update, 1, Metric::UpdateSpeedup, id)];
             assert_eq!(speedup, &[4.0], "{id:?}");
+        }
+        // The build is paired with the raw path's, round by round, for safe and C.
+        for mode in Mode::FREED {
+            let w = Workload::Graph(mode);
+            for (path, paired) in [
+                (PathId::Safe, true),
+                (PathId::C, true),
+                (PathId::Raw, false),
+            ] {
+                assert_eq!(
+                    samples.contains_key(&(w, 1, Metric::BuildVsRaw, path)),
+                    paired,
+                    "{mode:?} {path:?}"
+                );
+            }
         }
         let w = Workload::Graph(Mode::Escaping);
         for (metric, path) in [

@@ -137,11 +137,12 @@ pub fn svg(file: &Path, samples: &Samples, ks: &[u32], subtitle: &str) -> Result
     let ratio_specs = [
         (
             format!(
-                "ratio to C: build + instantiate (target: safe ≤ {})",
-                crate::report::TARGET_BUILD
+                "ratio to C: build + instantiate (target: safe ≤ {} explicit, {} captured)",
+                crate::report::TARGET_BUILD_EXPLICIT,
+                crate::report::TARGET_BUILD_CAPTURED
             ),
             Metric::BuildInstantiate,
-            crate::report::TARGET_BUILD,
+            crate::report::TARGET_BUILD_EXPLICIT,
         ),
         (
             format!(
