@@ -324,23 +324,26 @@ impl Graph {
     }
 
     /// The driver's handles and the record's positions of `deps`, refusing a node of another
-    /// graph and a node listed twice. One dependency needs no heap allocation, and is resolved
-    /// inline: this is the builder's hot path (`bench/README.md`, "Measurements behind code
-    /// choices").
+    /// graph and a node listed twice. No dependency or one needs no heap allocation, and is
+    /// resolved inline: this is the builder's hot path (`bench/README.md`, "Measurements behind
+    /// code choices").
     #[inline(always)]
     fn resolve(
         &self,
         call: &'static str,
         deps: &[Node],
     ) -> Result<(Few<sys::CUgraphNode>, Few<u32>)> {
-        if let [dep] = deps {
-            let i = self.index_of(call, *dep)?;
-            return Ok((Few::One(self.record.nodes[i].raw), Few::One(i as u32)));
+        match deps {
+            [] => Ok((Few::Empty, Few::Empty)),
+            [dep] => {
+                let i = self.index_of(call, *dep)?;
+                Ok((Few::One(self.record.nodes[i].raw), Few::One(i as u32)))
+            }
+            _ => self.resolve_many(call, deps),
         }
-        self.resolve_many(call, deps)
     }
 
-    /// [`resolve`](Graph::resolve) for no or several dependencies.
+    /// [`resolve`](Graph::resolve) for several dependencies.
     fn resolve_many(
         &self,
         call: &'static str,
