@@ -9,6 +9,8 @@
 //   readback  bare + cuGraphGetNodes and cuGraphGetEdges (count, then lists) after the end
 //   types     readback + cuGraphNodeGetType on every node and the params of every memory node
 //   both      info + readback (what Capture::end does when every node was reported)
+//   nodes     bare + cuGraphGetNodes alone (count, then list) after the end
+//   edges     bare + cuGraphGetEdges alone (count, then lists) after the end
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -41,6 +43,20 @@ static void info(cudaStream_t s) {
     CK(cuStreamGetCaptureInfo((CUstream)s, &st, nullptr, nullptr, &deps, nullptr, &n));
 }
 
+static void nodes_only(cudaGraph_t g) {
+    size_t n = 0;
+    CK(cuGraphGetNodes((CUgraph)g, nullptr, &n));
+    std::vector<CUgraphNode> nodes(n);
+    CK(cuGraphGetNodes((CUgraph)g, nodes.data(), &n));
+}
+
+static void edges_only(cudaGraph_t g) {
+    size_t e = 0;
+    CK(cuGraphGetEdges((CUgraph)g, nullptr, nullptr, nullptr, &e));
+    std::vector<CUgraphNode> from(e), to(e);
+    if (e) CK(cuGraphGetEdges((CUgraph)g, from.data(), to.data(), nullptr, &e));
+}
+
 static void readback(cudaGraph_t g, bool types) {
     size_t n = 0, e = 0;
     CK(cuGraphGetNodes((CUgraph)g, nullptr, &n));
@@ -63,8 +79,8 @@ static void readback(cudaGraph_t g, bool types) {
     }
 }
 
-enum Variant { BARE, INFO, READBACK, TYPES, BOTH, VARIANTS };
-static const char *names[] = {"bare", "info", "readback", "types", "both"};
+enum Variant { BARE, INFO, READBACK, TYPES, BOTH, NODES, EDGES, VARIANTS };
+static const char *names[] = {"bare", "info", "readback", "types", "both", "nodes", "edges"};
 
 static double cycle(cudaStream_t s, int k, Variant v) {
     const unsigned long long n = 65536;
@@ -84,6 +100,8 @@ static double cycle(cudaStream_t s, int k, Variant v) {
     CK(cudaStreamEndCapture(s, &g));
     if (v == READBACK || v == BOTH) readback(g, false);
     if (v == TYPES) readback(g, true);
+    if (v == NODES) nodes_only(g);
+    if (v == EDGES) edges_only(g);
     double t = now_ns() - t0;
     CK(cudaGraphDestroy(g));
     return t;
