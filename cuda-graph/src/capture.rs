@@ -3,7 +3,6 @@
 //! fork and join of other streams through events.
 
 use std::cell::{Cell, RefCell};
-use std::sync::Arc;
 
 use crate::alloc::GraphAllocation;
 use crate::deferred::{self, CapturedOutside, Restricts};
@@ -23,6 +22,7 @@ use crate::pool::MemPool;
 use crate::record::{MemRole, Record};
 use crate::stream::{
     AsStream, CaptureStatus, Stream, capture_graph, capture_id, last_captured_node,
+    wait_event_unnoted,
 };
 use crate::sys;
 use crate::transfer::{check_host_memcpy, check_memcpy, check_memset};
@@ -61,8 +61,9 @@ impl CaptureMode {
 /// [`Error::CaptureLeftOpen`] in [`Device::drop_errors`](crate::Device::drop_errors).
 ///
 /// Each call records its node in the graph's record as it captures. On an owned [`Stream`]
-/// the node's handle is found when the capture ends, by the order in which the driver lists
-/// the nodes, which the edges confirm: no driver call per captured call. Work queued on such a
+/// the guard notes each node's dependencies itself, and the node's handle is found when the
+/// capture ends, by the order in which the driver lists the nodes, which the node count and the
+/// capturing stream's last dependencies confirm: no driver call per captured call. Work queued on such a
 /// stream through its raw handle meanwhile makes nodes the crate did not capture, and the
 /// capture ends with [`Error::CaptureNotMatched`]. On a [`BorrowedStream`](crate::BorrowedStream)
 /// (`stream.borrow()` for an owned one), and from the [`fork`](Capture::fork) of one on, each
@@ -76,9 +77,6 @@ pub struct Capture<'s, S: AsStream> {
     capture_id: u64,
     /// What the nodes this guard's calls captured refer to, kept alive with the graph.
     keep: RefCell<KeepList>,
-    /// What the crate captures into it outside the guard (registered with the capture:
-    /// [`deferred::capture_outside`]).
-    outside: Arc<CapturedOutside>,
     /// What this guard's calls captured, in order, as the graph's record: each node with what
     /// it does to allocations, and its handle as the stream's capture reported it once calls
     /// ask for it ([`each_call`](Capture::each_call)); null until then, and null for a call
@@ -87,6 +85,12 @@ pub struct Capture<'s, S: AsStream> {
     /// While calls do not ask for their nodes: the stream of each node of `record`, whose
     /// consecutive calls must be joined by edges when the nodes are matched by their order.
     streams: RefCell<Vec<sys::CUstream>>,
+    /// While calls do not ask for their nodes: for each stream of the capture, the positions of
+    /// the nodes its next operation depends on, as the guard's calls, forks and joins made
+    /// them (an operation captured on a stream depends on what the stream's dependencies were,
+    /// and becomes them; a wait for an event adds the event's). `None` once a call met a stream
+    /// the guard did not fork in: the edges are then read from the driver.
+    heads: RefCell<Option<Heads>>,
     /// Whether each call asks the driver for its node (`cuStreamGetCaptureInfo`), rather than
     /// leaving the nodes to be told apart by their order when the capture ends.
     each_call: Cell<bool>,
@@ -171,22 +175,16 @@ impl<'s, S: AsStream> Capture<'s, S> {
             CaptureMode::ThreadLocal => Restricts::Thread(thread),
             CaptureMode::Relaxed => Restricts::Nothing,
         };
-        let outside = Arc::new(CapturedOutside::default());
         let id = next_graph_id();
-        deferred::capture_began(
-            stream.as_raw_stream() as usize,
-            capture_id,
-            restricts,
-            outside.clone(),
-        );
+        deferred::capture_began(stream.as_raw_stream() as usize, capture_id, restricts);
         Ok(Capture {
             stream,
             capture_id,
             keep: RefCell::default(),
-            outside,
             id,
             record: RefCell::new(Record::of_graph(id)),
             streams: RefCell::new(SPARE_STREAMS.try_with(Cell::take).unwrap_or_default()),
+            heads: RefCell::new(Some(vec![(stream.as_raw_stream(), Few::Empty)])),
             // Only the crate queues work on an owned stream (its raw handle aside: see
             // `Capture`); other code may queue work on a borrowed one.
             each_call: Cell::new(stream.tail().is_none()),
@@ -260,8 +258,10 @@ impl<'s, S: AsStream> Capture<'s, S> {
         check(f(&mut ptr), call)?;
         let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
         allocation.keep_in(&mut self.keep.borrow_mut());
-        let node = self.node_of(self.stream)?;
-        (self.record.borrow_mut()).push_alloc(node, Few::new(), allocation.clone());
+        let at = self.node_of(self.stream)?;
+        let position =
+            (self.record.borrow_mut()).push_alloc(at.node, at.deps.clone(), allocation.clone());
+        self.placed(&at, position);
         Ok(allocation)
     }
 
@@ -320,9 +320,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
         allocation.keep_in(&mut self.keep.borrow_mut());
         // SAFETY: the stream captures into this capture; the driver validates the address.
         driver!(unsafe { sys::cuMemFreeAsync(allocation.ptr(), stream.as_raw_stream()) })?;
-        let node = self.node_of(stream)?;
+        let at = self.node_of(stream)?;
         let free = (NodeKind::MemFree, MemRole::Free);
-        self.record_uses(node, free, std::iter::once(allocation));
+        self.record_uses(at, free, std::iter::once(allocation));
         Ok(())
     }
 
@@ -395,9 +395,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
             function.keep_in(&mut keep);
             args.keep_in(&mut keep);
         }
-        let node = self.node_of(stream)?;
+        let at = self.node_of(stream)?;
         let kernel = (NodeKind::Kernel(function.shared_name()), MemRole::Use);
-        self.record_uses(node, kernel, args.graph_allocations());
+        self.record_uses(at, kernel, args.graph_allocations());
         Ok(())
     }
 
@@ -549,8 +549,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
         self.device().bind()?;
         op()?;
         operands.keep_in(&mut self.keep.borrow_mut());
-        let node = self.node_of(self.stream)?;
-        self.record_uses(node, (kind, MemRole::Use), operands.graph_allocations());
+        let at = self.node_of(self.stream)?;
+        self.record_uses(at, (kind, MemRole::Use), operands.graph_allocations());
         Ok(())
     }
 
@@ -568,46 +568,107 @@ impl<'s, S: AsStream> Capture<'s, S> {
         }
         let event = Event::with_flags(self.device(), EventFlags::DISABLE_TIMING)?;
         event.record(self.stream)?;
-        other.wait_event(&event)?;
+        wait_event_unnoted(other, &event)?;
         self.events.borrow_mut().push(event);
+        // `other` now depends on what this stream depends on, and on its own work before.
+        self.merge_heads(other.as_raw_stream(), self.stream.as_raw_stream());
         Ok(())
     }
 
-    /// The node the call just captured on `stream` made, once each call asks the driver for it
-    /// (null when the stream does not report one); before that null, and the stream is noted
-    /// for the node.
-    fn node_of(&self, stream: &impl AsStream) -> Result<sys::CUgraphNode> {
-        if self.each_call.get() {
-            let node = last_captured_node(stream.as_raw_stream())?;
-            return Ok(node.unwrap_or(std::ptr::null_mut()));
+    /// In the dependency heads: `into` waited for what `from` depends on.
+    fn merge_heads(&self, into: sys::CUstream, from: sys::CUstream) {
+        let mut heads = self.heads.borrow_mut();
+        let Some(list) = heads.as_mut() else { return };
+        let Some(added) = list
+            .iter()
+            .find(|(s, _)| *s == from)
+            .map(|(_, h)| h.clone())
+        else {
+            // A stream the guard did not fork in: its dependencies are not known.
+            *heads = None;
+            return;
+        };
+        match list.iter_mut().find(|(s, _)| *s == into) {
+            Some((_, into)) => {
+                for d in added.iter() {
+                    if !into.contains(d) {
+                        into.push(*d);
+                    }
+                }
+            }
+            None => list.push((into, added)),
         }
-        self.streams.borrow_mut().push(stream.as_raw_stream());
-        Ok(std::ptr::null_mut())
     }
 
-    /// Records a node `node` of `kind` that has `role` for each of `allocations`.
+    /// Where the call just captured on `stream` goes in the record: its node, once each call
+    /// asks the driver for it (null when the stream does not report one), else null, the
+    /// stream noted; and, while the guard knows them, the positions it depends on.
+    fn node_of(&self, stream: &impl AsStream) -> Result<Placed> {
+        let raw = stream.as_raw_stream();
+        if self.each_call.get() {
+            let node = last_captured_node(raw)?;
+            let node = node.unwrap_or(std::ptr::null_mut());
+            return Ok(Placed {
+                node,
+                slot: usize::MAX,
+                deps: Few::Empty,
+            });
+        }
+        self.streams.borrow_mut().push(raw);
+        let mut heads = self.heads.borrow_mut();
+        let found = heads.as_ref().and_then(|list| {
+            // The capturing stream first: most calls are on it.
+            let at = list.iter().position(|(s, _)| *s == raw)?;
+            Some((at, list[at].1.clone()))
+        });
+        let (slot, deps) = match found {
+            Some(found) => found,
+            None => {
+                // A stream the guard did not fork in.
+                *heads = None;
+                (usize::MAX, Few::Empty)
+            }
+        };
+        Ok(Placed {
+            node: std::ptr::null_mut(),
+            slot,
+            deps,
+        })
+    }
+
+    /// The call `placed` made the node at `position`: its stream's next operation depends on
+    /// that node alone.
+    fn placed(&self, placed: &Placed, position: usize) {
+        if let Some(list) = self.heads.borrow_mut().as_mut() {
+            if let Some((_, heads)) = list.get_mut(placed.slot) {
+                *heads = Few::One(position as u32);
+            }
+        }
+    }
+
+    /// Records a node placed at `at` of `kind` that has `role` for each of `allocations`.
     fn record_uses<'a>(
         &self,
-        node: sys::CUgraphNode,
+        at: Placed,
         (kind, role): (NodeKind, MemRole),
         allocations: impl IntoIterator<Item = &'a GraphAllocation>,
     ) {
         let mut record = self.record.borrow_mut();
         let mut allocations = allocations.into_iter();
-        match (allocations.next(), allocations.next()) {
-            (None, _) => {
-                record.push(node, kind, Few::new());
-            }
-            (Some(a), None) => {
-                record.push_ref(node, kind, Few::new(), role, a);
-            }
+        let (node, deps) = (at.node, at.deps.clone());
+        let position = match (allocations.next(), allocations.next()) {
+            (None, _) => record.push(node, kind, deps),
+            (Some(a), None) => record.push_ref(node, kind, deps, role, a),
             (Some(a), Some(b)) => {
-                let at = record.push_ref(node, kind, Few::new(), role, a);
+                let position = record.push_ref(node, kind, deps, role, a);
                 for a in std::iter::once(b).chain(allocations) {
-                    record.add_ref(at, role, a);
+                    record.add_ref(position, role, a);
                 }
+                position
             }
-        }
+        };
+        drop(record);
+        self.placed(&at, position);
     }
 
     /// From now on each call asks the driver for its node: other code may add nodes to the
@@ -632,7 +693,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
         unsafe { crate::graph::graph_nodes(graph, &mut listed.nodes) }?;
         let nodes = &listed.nodes;
         let mut record = self.record.borrow_mut();
-        let outside = self.outside.nodes();
+        let outside = deferred::captured_outside(self.capture_id, |o| o.node_handles());
+        let outside = outside.unwrap_or_default();
         let unmatched = || Error::CaptureNotMatched {
             call,
             captured: record.nodes.len() + outside.len(),
@@ -670,8 +732,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
         self.check_member("Capture::join", other)?;
         let event = Event::with_flags(self.device(), EventFlags::DISABLE_TIMING)?;
         event.record(other)?;
-        self.stream.wait_event(&event)?;
+        wait_event_unnoted(self.stream, &event)?;
         self.events.borrow_mut().push(event);
+        self.merge_heads(self.stream.as_raw_stream(), other.as_raw_stream());
         Ok(())
     }
 
@@ -686,11 +749,18 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// way, and the graph is destroyed on error.
     pub fn end(mut self) -> Result<Graph> {
         self.ended = true;
+        // What the capturing stream depends on last, as the driver says, to confirm the
+        // dependencies the guard noted (`read_in_order`).
+        let frontier = if !self.each_call.get() && self.heads.borrow().is_some() {
+            captured_frontier(self.stream.as_raw_stream())
+        } else {
+            None
+        };
         let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun by this guard); `raw` is a valid out-pointer.
         let ended =
             driver!(unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) });
-        deferred::capture_ended(self.capture_id);
+        let outside = deferred::capture_ended(self.capture_id).unwrap_or_default();
         if let Err(e) = ended {
             if !raw.is_null() {
                 // SAFETY: a graph returned despite the error is ours to destroy.
@@ -703,11 +773,11 @@ impl<'s, S: AsStream> Capture<'s, S> {
             unsafe { self.read_by_handle(raw) }?
         } else {
             // SAFETY: as above.
-            unsafe { self.read_in_order(raw) }?
+            unsafe { self.read_in_order(raw, frontier, &outside) }?
         };
         let keep = graph.keep.get_mut();
         keep.take_from(self.keep.get_mut());
-        keep.extend_unknown(self.outside.take_keep());
+        keep.extend_unknown(outside.keep);
         Ok(graph)
     }
 
@@ -725,15 +795,31 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// # Safety
     ///
     /// `raw` is this capture's graph, owned by nobody else.
-    unsafe fn read_in_order(&self, raw: sys::CUgraph) -> Result<Graph> {
+    unsafe fn read_in_order(
+        &self,
+        raw: sys::CUgraph,
+        frontier: Option<Few<sys::CUgraphNode>>,
+        captured_outside: &CapturedOutside,
+    ) -> Result<Graph> {
         // Destroys `raw` if reading it fails.
         let mut graph = Graph::wrap_with(raw, self.stream.device(), self.id, Record::default());
-        // SAFETY: the caller hands over a live graph.
-        let listed = unsafe { nodes_and_edges(raw) }?;
-        let Listed { nodes, from, to } = &listed;
         let mut record = self.record.take();
         let mut streams = self.streams.take();
-        let outside = self.outside.nodes();
+        let heads = self.heads.take();
+        let outside = captured_outside.node_handles();
+        // With the dependencies noted and confirmed, only the nodes are read.
+        let noted =
+            heads.is_some() && frontier.is_some() && !captured_outside.changed_dependencies();
+        let listed = if noted {
+            let mut listed = Listed::new();
+            // SAFETY: the caller hands over a live graph.
+            unsafe { crate::graph::graph_nodes(raw, &mut listed.nodes) }?;
+            listed
+        } else {
+            // SAFETY: as above.
+            unsafe { nodes_and_edges(raw) }?
+        };
+        let Listed { nodes, from, to } = &listed;
         let (captured, found) = (record.nodes.len() + outside.len(), nodes.len());
         let unmatched = || Error::CaptureNotMatched {
             call: "Capture::end",
@@ -744,31 +830,56 @@ impl<'s, S: AsStream> Capture<'s, S> {
         if nodes.len() != count + outside.len() || streams.len() != count {
             return Err(unmatched());
         }
-        if outside.is_empty() {
+        let confirmed = if noted {
             for (node, &raw) in record.nodes.iter_mut().zip(nodes) {
                 node.raw = raw;
             }
+            // The capturing stream's last dependencies are the nodes the guard placed there.
+            let origin = self.stream.as_raw_stream();
+            let placed = heads
+                .as_ref()
+                .and_then(|list| list.iter().find(|(s, _)| *s == origin))
+                .map(|(_, placed)| placed);
+            match (placed, &frontier) {
+                (Some(placed), Some(frontier)) => {
+                    placed.len() == frontier.len()
+                        && placed
+                            .iter()
+                            .all(|&p| frontier.contains(&nodes[p as usize]))
+                }
+                _ => false,
+            }
         } else {
-            // The nodes the crate made outside the guard go where the driver lists them.
-            let mut ours = std::mem::take(&mut record.nodes).into_iter();
-            let mut on = std::mem::take(&mut streams).into_iter();
-            for &raw in nodes {
-                if outside.contains(&Some(raw)) {
-                    // SAFETY: the node belongs to the live graph.
-                    let kind = unsafe { crate::graph::node_kind(raw) }?;
-                    record.push(raw, kind, Few::new());
-                    streams.push(OUTSIDE);
-                } else {
-                    let (Some(mut node), Some(stream)) = (ours.next(), on.next()) else {
-                        return Err(unmatched());
-                    };
+            // The dependencies the guard noted are not all there are: the driver's edges.
+            for node in &mut record.nodes {
+                node.deps = Few::Empty;
+            }
+            if outside.is_empty() {
+                for (node, &raw) in record.nodes.iter_mut().zip(nodes) {
                     node.raw = raw;
-                    record.nodes.push(node);
-                    streams.push(stream);
+                }
+            } else {
+                // The nodes the crate made outside the guard go where the driver lists them.
+                let mut ours = std::mem::take(&mut record.nodes).into_iter();
+                let mut on = std::mem::take(&mut streams).into_iter();
+                for &raw in nodes {
+                    if outside.contains(&Some(raw)) {
+                        // SAFETY: the node belongs to the live graph.
+                        let kind = unsafe { crate::graph::node_kind(raw) }?;
+                        record.push(raw, kind, Few::new());
+                        streams.push(OUTSIDE);
+                    } else {
+                        let (Some(mut node), Some(stream)) = (ours.next(), on.next()) else {
+                            return Err(unmatched());
+                        };
+                        node.raw = raw;
+                        record.nodes.push(node);
+                        streams.push(stream);
+                    }
                 }
             }
-        }
-        let confirmed = add_edges(&mut record, nodes, from, to) && chained(&record, &streams);
+            add_edges(&mut record, nodes, from, to) && chained(&record, &streams)
+        };
         streams.clear();
         let _ = SPARE_STREAMS.try_with(|spare| spare.set(streams));
         if !confirmed {
@@ -937,6 +1048,49 @@ fn chained(record: &Record, streams: &[sys::CUstream]) -> bool {
 thread_local! {
     /// The emptied stream list of the last capture that ended on this thread, for the next.
     static SPARE_STREAMS: Cell<Vec<sys::CUstream>> = const { Cell::new(Vec::new()) };
+}
+
+/// For each stream of a capture, the positions of the nodes its next operation depends on.
+type Heads = Vec<(sys::CUstream, Few<u32>)>;
+
+/// Where a call's node goes in a capture's record (see [`Capture::node_of`]).
+struct Placed {
+    /// The node, when each call asks the driver for it; else null.
+    node: sys::CUgraphNode,
+    /// The entry of the stream it was captured on in the capture's dependency heads.
+    slot: usize,
+    /// The positions it depends on, as the guard noted them.
+    deps: Few<u32>,
+}
+
+/// The nodes the next operation captured on `stream` would depend on
+/// (`cuStreamGetCaptureInfo`); `None` when the driver does not say.
+fn captured_frontier(stream: sys::CUstream) -> Option<Few<sys::CUgraphNode>> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut deps: *const sys::CUgraphNode = std::ptr::null();
+    let mut count = 0;
+    // SAFETY: out-pointers valid; the returned array is valid until the next capture call.
+    let code = unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut deps,
+            std::ptr::null_mut(),
+            &mut count,
+        )
+    };
+    if code != sys::CUresult::CUDA_SUCCESS || (count > 0 && deps.is_null()) {
+        return None;
+    }
+    let deps = if count == 0 {
+        &[][..]
+    } else {
+        // SAFETY: `count` entries are readable when `count` > 0, until the next capture call.
+        unsafe { std::slice::from_raw_parts(deps, count) }
+    };
+    Some(deps.iter().copied().collect())
 }
 
 /// In the streams [`chained`] checks, a node the crate made outside the guard.

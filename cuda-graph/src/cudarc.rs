@@ -468,8 +468,11 @@ impl<T: Pod> CudarcSlice<T> {
             if raw_capture_status(raw)? == CaptureStatus::None {
                 let uses = memory.uses.lock().unwrap_or_else(|e| e.into_inner());
                 uses.wait_on(raw, None)?;
-            } else if let Some(outside) = capture_id(raw)?.and_then(deferred::capture_outside) {
-                outside.keep([Arc::clone(&self.memory) as Keep]);
+            } else if let Some(()) = capture_id(raw)?.and_then(|id| {
+                deferred::captured_outside(id, |outside| {
+                    outside.keep.push(Arc::clone(&self.memory) as Keep);
+                })
+            }) {
             } else {
                 // A capture other code began (cudarc's begin_capture, for one): its graph would
                 // keep nothing cudarc captures on the slice.

@@ -207,43 +207,38 @@ struct Registered {
     id: u64,
     restricts: Restricts,
     /// What the crate captures into it outside its guard.
-    outside: Arc<CapturedOutside>,
+    outside: CapturedOutside,
 }
 
 /// What the crate captures into a capture of its own outside the capture's guard: launches
 /// through [`Function::launch`](crate::Function::launch) and stream work on any stream of the
 /// capture ([`crate::module`]'s `stream_ordered`), from any thread. The captured graph keeps
-/// what they refer to, and tells their nodes from those of the guard's calls.
+/// what they refer to, and tells their nodes from those of the guard's calls. Kept in the
+/// capture's registration, under the registry's lock, and handed to the guard when the capture
+/// ends ([`capture_ended`]).
 #[derive(Default, Debug)]
 pub(crate) struct CapturedOutside {
-    keep: Mutex<Vec<Keep>>,
+    /// What the captured graph keeps for them.
+    pub(crate) keep: Vec<Keep>,
     /// The nodes they made, as the stream reported each (`None`: not reported).
-    nodes: Mutex<Vec<Option<usize>>>,
+    pub(crate) nodes: Vec<Option<usize>>,
+    /// Whether a stream of the capture waited for an event outside the capture's own forks
+    /// and joins ([`AsStream::wait_event`](crate::AsStream::wait_event)): dependencies the
+    /// capture did not make.
+    pub(crate) waited: bool,
 }
 
 impl CapturedOutside {
-    /// The captured graph keeps `keep` too.
-    pub(crate) fn keep(&self, keep: impl IntoIterator<Item = Keep>) {
-        lock(&self.keep).extend(keep);
+    /// Whether the crate captured nodes outside the guard, or a stream waited for an event:
+    /// then the capture cannot tell its graph's edges from its own calls.
+    pub(crate) fn changed_dependencies(&self) -> bool {
+        self.waited || !self.nodes.is_empty()
     }
 
-    /// An operation captured `node`, as its stream reported it.
-    pub(crate) fn made(&self, node: Option<sys::CUgraphNode>) {
-        lock(&self.nodes).push(node.map(|n| n as usize));
-    }
-
-    /// What the graph keeps, taken.
-    pub(crate) fn take_keep(&self) -> Vec<Keep> {
-        std::mem::take(&mut *lock(&self.keep))
-    }
-
-    /// The nodes made so far.
-    pub(crate) fn nodes(&self) -> Vec<Option<sys::CUgraphNode>> {
-        let nodes = lock(&self.nodes);
-        nodes
-            .iter()
-            .map(|n| n.map(|n| n as sys::CUgraphNode))
-            .collect()
+    /// The nodes made.
+    pub(crate) fn node_handles(&self) -> Vec<Option<sys::CUgraphNode>> {
+        let nodes = self.nodes.iter();
+        nodes.map(|n| n.map(|n| n as sys::CUgraphNode)).collect()
     }
 }
 
@@ -251,33 +246,30 @@ static CAPTURES: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
 /// `CAPTURES.len()`, readable without the lock.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
-/// Registers a capture that began on `stream` with the driver's capture `id`, whose graph will
-/// keep `keep`.
-pub(crate) fn capture_began(
-    stream: usize,
-    id: u64,
-    restricts: Restricts,
-    outside: Arc<CapturedOutside>,
-) {
+/// Registers a capture that began on `stream` with the driver's capture `id`.
+pub(crate) fn capture_began(stream: usize, id: u64, restricts: Restricts) {
     let mut captures = lock(&CAPTURES);
     captures.push(Registered {
         stream,
         id,
         restricts,
-        outside,
+        outside: CapturedOutside::default(),
     });
     ACTIVE.store(captures.len(), Ordering::Release);
 }
 
-/// Unregisters the capture `id`; returns whether it was registered. Flushes the queue when no
-/// capture restricts releases any longer.
-pub(crate) fn capture_ended(id: u64) -> bool {
+/// Unregisters the capture `id`; returns what the crate captured into it outside its guard
+/// (`None`: it was not registered). Flushes the queue when no capture restricts releases any
+/// longer.
+pub(crate) fn capture_ended(id: u64) -> Option<CapturedOutside> {
     let found = {
         let mut captures = lock(&CAPTURES);
-        let before = captures.len();
-        captures.retain(|c| c.id != id);
+        let found = captures
+            .iter()
+            .position(|c| c.id == id)
+            .map(|at| captures.swap_remove(at).outside);
         ACTIVE.store(captures.len(), Ordering::Release);
-        captures.len() != before
+        found
     };
     flush_if_queued();
     found
@@ -300,13 +292,14 @@ pub(crate) fn any_capture() -> bool {
     ACTIVE.load(Ordering::Acquire) != 0
 }
 
-/// What the crate captures outside the guard of the registered capture with the driver's
-/// capture `id`.
-pub(crate) fn capture_outside(id: u64) -> Option<Arc<CapturedOutside>> {
-    lock(&CAPTURES)
-        .iter()
+/// Runs `f` on what the crate captured outside the guard of the registered capture with the
+/// driver's capture `id`, under the registry's lock; `None` when no such capture is registered.
+pub(crate) fn captured_outside<R>(id: u64, f: impl FnOnce(&mut CapturedOutside) -> R) -> Option<R> {
+    let mut captures = lock(&CAPTURES);
+    captures
+        .iter_mut()
         .find(|c| c.id == id)
-        .map(|c| c.outside.clone())
+        .map(|c| f(&mut c.outside))
 }
 
 /// Whether a release may run on this thread now: no registered capture restricts it.

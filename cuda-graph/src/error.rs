@@ -65,7 +65,8 @@ pub enum Error {
     /// the driver lists them, which is the order captured ([`Capture`](crate::Capture)); here
     /// the graph holds nodes the crate did not capture (`found` ≠ `captured`: work was queued
     /// on a capturing stream through its raw handle), or the driver listed them in another
-    /// order (the edges between consecutive calls on a stream do not match). The graph cannot
+    /// order (the capturing stream's last dependencies, or the edges between consecutive calls
+    /// on a stream, are not the nodes the order gives). The graph cannot
     /// be checked, and is destroyed. A capture begun on a
     /// [`BorrowedStream`](crate::BorrowedStream) (`stream.borrow()`) asks the driver for the node
     /// of each call, and lets other code add nodes.

@@ -264,22 +264,29 @@
 //! is checked before it disappears into one node (`tests/attack_stub.rs`).
 //!
 //! **A captured graph's nodes are matched to the calls that made them.** The checks read a
-//! captured graph's record, so each node's uses must be the ones of the call that made it. On
-//! an owned [`Stream`], which only the crate queues work on, [`Capture::end`] matches them by
-//! the order in which `cuGraphGetNodes` lists them, the order captured, and confirms it before
-//! the record is used: the graph holds exactly the nodes the crate captured (those it captured
-//! outside the guard, through [`Function::launch`] or [`StreamMemOps`], are known by handle),
-//! every edge leads from an earlier node to a later one, and each call depends on the call
-//! before it on the same stream, as every operation captured on a stream does (an event wait in
-//! a capture adds dependencies, never removes them). Otherwise it returns
+//! captured graph's record, so each node's uses and dependencies must be those of the call that
+//! made it. On an owned [`Stream`], which only the crate queues work on, the guard notes each
+//! call's dependencies as the driver makes them (an operation captured on a stream depends on
+//! the stream's dependencies and becomes them; [`Capture::fork`] and [`Capture::join`] add the
+//! other stream's, as an event wait in a capture does), and [`Capture::end`] matches the calls
+//! to the nodes by the order in which `cuGraphGetNodes` lists them, the order captured. It
+//! confirms both before the record is used: the graph holds exactly the nodes the crate
+//! captured, and the capturing stream's last dependencies (`cuStreamGetCaptureInfo`, just
+//! before the capture ends) are the nodes the guard placed there. When something else changed
+//! the capture's dependencies (the crate's own work captured outside the guard, through
+//! [`Function::launch`] or [`StreamMemOps`]; a wait through [`AsStream::wait_event`]; a
+//! stream the guard did not fork in), the edges are read from the driver instead, and each call
+//! must depend on the call before it on its stream. Otherwise it returns
 //! [`Error::CaptureNotMatched`] and destroys the graph (`tests/capture_stub.rs`: raw work on the
 //! stream, a driver listing the nodes in reverse order; `tests/safe_capture.rs`:
 //! `nodes_matched_by_order_agree_with_nodes_asked_for`,
 //! `other_code_in_a_capture_is_refused_on_owned_streams_and_read_on_borrowed_ones`). On a
 //! [`BorrowedStream`], and from the fork of one on, other code may add nodes: each call asks the
-//! driver for its node (`cuStreamGetCaptureInfo`), and the nodes the crate did not make are read
-//! from the driver. What the order check cannot see: work queued through an owned stream's raw
-//! handle that both adds and removes nodes of the capture.
+//! driver for its node (`cuStreamGetCaptureInfo`), and the nodes and edges are read from the
+//! driver. What the crate relies on without checking every node: that `cuGraphGetNodes` lists a
+//! captured graph's nodes in the order captured (the test above compares both readings on the
+//! GPU), and that work queued through an owned stream's raw handle neither adds nor removes
+//! nodes nor changes dependencies without adding a node.
 //!
 //! **No error is dropped.** Driver errors met in `Drop`, and panics of values dropped by a
 //! deferred release, are counted per device, with the last one: [`Device::drop_errors`]. The

@@ -320,15 +320,17 @@ pub(crate) fn stream_ordered(
             if has_allocations {
                 return Err(refused_in_capture(call));
             }
-            let outside = deferred::capture_outside(id);
-            if let Some(outside) = &outside {
-                outside.keep(keep.into_iter().chain(operands.keeps()));
-            }
+            let kept = deferred::captured_outside(id, |outside| {
+                outside
+                    .keep
+                    .extend(keep.into_iter().chain(operands.keeps()));
+            });
             op()?;
-            if let Some(outside) = outside {
+            if kept.is_some() {
                 // The capture tells this node from those of its own calls by its handle.
                 let node = crate::stream::last_captured_node(stream.as_raw_stream());
-                outside.made(node.as_ref().ok().copied().flatten());
+                let made = node.as_ref().ok().copied().flatten().map(|n| n as usize);
+                deferred::captured_outside(id, |outside| outside.nodes.push(made));
                 node?;
             }
             return Ok(());

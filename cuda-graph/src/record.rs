@@ -202,6 +202,9 @@ const SPARE_NODES: usize = 1 << 16;
 
 impl Drop for Record {
     fn drop(&mut self) {
+        if self.nodes.capacity() == 0 && self.allocations.capacity() == 0 {
+            return;
+        }
         let mut nodes = std::mem::take(&mut self.nodes);
         let mut allocations = std::mem::take(&mut self.allocations);
         nodes.clear();

@@ -63,12 +63,15 @@ pub trait AsStream: sealed::Sealed {
     ///
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamWaitEvent`.
     fn wait_event(&self, event: &Event) -> Result<()> {
-        self.device().bind()?;
-        // The wait may make this stream join a capture of this crate (a fork): not while an
-        // operation on it is between its "not capturing" check and its driver call.
-        let _gate = deferred::exclusive_gate_for_join();
-        // SAFETY: both handles are live.
-        driver!(unsafe { sys::cuStreamWaitEvent(self.as_raw_stream(), event.as_raw(), 0) })
+        wait_event_unnoted(self, event)?;
+        if deferred::any_capture() {
+            // A wait inside a capture of this crate adds dependencies the capture did not
+            // make: it reads the captured graph's edges from the driver instead.
+            if let Some(id) = capture_id(self.as_raw_stream())? {
+                deferred::captured_outside(id, |outside| outside.waited = true);
+            }
+        }
+        Ok(())
     }
 
     /// Whether the stream is capturing into a graph (`cuStreamIsCapturing`).
@@ -83,6 +86,17 @@ pub trait AsStream: sealed::Sealed {
         driver!(unsafe { sys::cuStreamIsCapturing(self.as_raw_stream(), &mut status) })?;
         Ok(CaptureStatus::from_raw(status))
     }
+}
+
+/// [`AsStream::wait_event`] without telling a capture that `stream` takes part in: for the
+/// capture's own forks and joins, whose dependencies it notes itself.
+pub(crate) fn wait_event_unnoted(stream: &(impl AsStream + ?Sized), event: &Event) -> Result<()> {
+    stream.device().bind()?;
+    // The wait may make this stream join a capture of this crate (a fork): not while an
+    // operation on it is between its "not capturing" check and its driver call.
+    let _gate = deferred::exclusive_gate_for_join();
+    // SAFETY: both handles are live.
+    driver!(unsafe { sys::cuStreamWaitEvent(stream.as_raw_stream(), event.as_raw(), 0) })
 }
 
 // Recording an event takes a stream, as waiting for one does (`AsStream::wait_event`): both are
