@@ -21,7 +21,7 @@ use crate::pinned::PinnedBuffer;
 use crate::pool::MemPool;
 use crate::record::{MemRole, Record};
 use crate::stream::{
-    AsStream, CaptureStatus, Stream, capture_graph, capture_id, last_captured_node,
+    AsStream, CaptureStatus, Stream, capture_graph, capture_id, capture_info, last_captured_node,
     wait_event_unnoted,
 };
 use crate::sys;
@@ -752,7 +752,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
         // What the capturing stream depends on last, as the driver says, to confirm the
         // dependencies the guard noted (`read_in_order`).
         let frontier = if !self.each_call.get() && self.heads.borrow().is_some() {
-            captured_frontier(self.stream.as_raw_stream())
+            capture_info(self.stream.as_raw_stream())
+                .ok()
+                .map(|info| info.deps)
         } else {
             None
         };
@@ -1061,36 +1063,6 @@ struct Placed {
     slot: usize,
     /// The positions it depends on, as the guard noted them.
     deps: Few<u32>,
-}
-
-/// The nodes the next operation captured on `stream` would depend on
-/// (`cuStreamGetCaptureInfo`); `None` when the driver does not say.
-fn captured_frontier(stream: sys::CUstream) -> Option<Few<sys::CUgraphNode>> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut deps: *const sys::CUgraphNode = std::ptr::null();
-    let mut count = 0;
-    // SAFETY: out-pointers valid; the returned array is valid until the next capture call.
-    let code = unsafe {
-        sys::cuStreamGetCaptureInfo_v3(
-            stream,
-            &mut status,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            &mut deps,
-            std::ptr::null_mut(),
-            &mut count,
-        )
-    };
-    if code != sys::CUresult::CUDA_SUCCESS || (count > 0 && deps.is_null()) {
-        return None;
-    }
-    let deps = if count == 0 {
-        &[][..]
-    } else {
-        // SAFETY: `count` entries are readable when `count` > 0, until the next capture call.
-        unsafe { std::slice::from_raw_parts(deps, count) }
-    };
-    Some(deps.iter().copied().collect())
 }
 
 /// In the streams [`chained`] checks, a node the crate made outside the guard.

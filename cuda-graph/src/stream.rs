@@ -10,6 +10,7 @@ use crate::error::{Error, Result, check, driver};
 use crate::event::Event;
 use crate::flags::flag_set;
 use crate::handle::{Handle, OwnedHandle};
+use crate::inline_list::Few;
 use crate::sys;
 
 /// Anything work can be queued on: an owned or a borrowed stream.
@@ -483,33 +484,22 @@ pub(crate) fn raw_capture_status(raw: sys::CUstream) -> Result<CaptureStatus> {
     Ok(CaptureStatus::from_raw(status))
 }
 
-/// The id of the capture `stream` takes part in (`cuStreamGetCaptureInfo`), or `None`.
-pub(crate) fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id = 0;
-    check(
-        // SAFETY: out-pointers valid; null for what is not asked.
-        unsafe {
-            sys::cuStreamGetCaptureInfo_v3(
-                stream,
-                &mut status,
-                &mut id,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        },
-        "cuStreamGetCaptureInfo",
-    )?;
-    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
+/// What `cuStreamGetCaptureInfo` says of a stream's capture.
+pub(crate) struct CaptureInfo {
+    /// Whether the stream captures (`CU_STREAM_CAPTURE_STATUS_ACTIVE`).
+    pub(crate) active: bool,
+    /// The driver's id of the capture.
+    pub(crate) id: u64,
+    /// The graph the capture builds.
+    pub(crate) graph: sys::CUgraph,
+    /// The nodes the next operation captured on the stream will depend on.
+    pub(crate) deps: Few<sys::CUgraphNode>,
 }
 
-/// The node the next captured operation on `stream` would depend on, which is the node the
-/// operation captured just before made (`cuStreamGetCaptureInfo`); `None` when the stream
-/// depends on no node or on several.
-pub(crate) fn last_captured_node(stream: sys::CUstream) -> Result<Option<sys::CUgraphNode>> {
+/// The capture `stream` takes part in (`cuStreamGetCaptureInfo`).
+pub(crate) fn capture_info(stream: sys::CUstream) -> Result<CaptureInfo> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let (mut id, mut graph) = (0, std::ptr::null_mut());
     let mut deps: *const sys::CUgraphNode = std::ptr::null();
     let mut count = 0;
     check(
@@ -518,8 +508,8 @@ pub(crate) fn last_captured_node(stream: sys::CUstream) -> Result<Option<sys::CU
             sys::cuStreamGetCaptureInfo_v3(
                 stream,
                 &mut status,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
+                &mut id,
+                &mut graph,
                 &mut deps,
                 std::ptr::null_mut(),
                 &mut count,
@@ -527,32 +517,43 @@ pub(crate) fn last_captured_node(stream: sys::CUstream) -> Result<Option<sys::CU
         },
         "cuStreamGetCaptureInfo",
     )?;
-    // SAFETY: `count` entries are readable when `count` > 0.
-    Ok((count == 1 && !deps.is_null()).then(|| unsafe { *deps }))
+    let deps = if count == 0 || deps.is_null() {
+        Few::Empty
+    } else {
+        // SAFETY: the driver's array holds `count` entries, read before any other capture call.
+        unsafe { std::slice::from_raw_parts(deps, count) }
+            .iter()
+            .copied()
+            .collect()
+    };
+    Ok(CaptureInfo {
+        active: status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        id,
+        graph,
+        deps,
+    })
 }
 
-/// The graph `stream`'s capture builds (`cuStreamGetCaptureInfo`), or `None` when it does not
-/// capture.
+/// The id of the capture `stream` takes part in, or `None`.
+pub(crate) fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
+    let info = capture_info(stream)?;
+    Ok(info.active.then_some(info.id))
+}
+
+/// The node the next captured operation on `stream` would depend on, which is the node the
+/// operation captured just before made; `None` when the stream depends on no node or on
+/// several.
+pub(crate) fn last_captured_node(stream: sys::CUstream) -> Result<Option<sys::CUgraphNode>> {
+    match capture_info(stream)?.deps {
+        Few::One(node) => Ok(Some(node)),
+        _ => Ok(None),
+    }
+}
+
+/// The graph `stream`'s capture builds, or `None` when it does not capture.
 pub(crate) fn capture_graph(stream: sys::CUstream) -> Result<Option<sys::CUgraph>> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut graph = std::ptr::null_mut();
-    check(
-        // SAFETY: out-pointers valid; null for what is not asked.
-        unsafe {
-            sys::cuStreamGetCaptureInfo_v3(
-                stream,
-                &mut status,
-                std::ptr::null_mut(),
-                &mut graph,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        },
-        "cuStreamGetCaptureInfo",
-    )?;
-    let active = status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    Ok((active && !graph.is_null()).then_some(graph))
+    let info = capture_info(stream)?;
+    Ok((info.active && !info.graph.is_null()).then_some(info.graph))
 }
 
 /// A stream someone else owns: the per-thread or legacy default stream, or one made by another
