@@ -21,7 +21,7 @@ use crate::pinned::PinnedBuffer;
 use crate::pool::MemPool;
 use crate::record::{MemRole, Record};
 use crate::stream::{
-    AsStream, CaptureStatus, Stream, capture_graph, capture_id, capture_info, last_captured_node,
+    AsStream, CaptureStatus, Stream, capture_id, capture_info, last_captured_node,
     wait_event_unnoted,
 };
 use crate::sys;
@@ -674,7 +674,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// From now on each call asks the driver for its node: other code may add nodes to the
     /// capture. The nodes of the calls so far are the graph's first ones, in order (the driver
     /// lists a captured graph's nodes in the order captured), but for those the crate made
-    /// outside the guard, which are known by handle.
+    /// outside the guard, which are known by handle; the node count and the capturing stream's
+    /// dependencies confirm it, as at the end of the capture.
     ///
     /// # Errors
     ///
@@ -684,10 +685,13 @@ impl<'s, S: AsStream> Capture<'s, S> {
         if self.each_call.get() {
             return Ok(());
         }
-        let Some(graph) = capture_graph(self.stream.as_raw_stream())? else {
+        let origin = self.stream.as_raw_stream();
+        let info = capture_info(origin)?;
+        if !info.active || info.graph.is_null() {
             // Not capturing any more (invalidated): ending the capture reports it.
             return Ok(());
-        };
+        }
+        let graph = info.graph;
         let mut listed = Listed::new();
         // SAFETY: the graph of a capture in progress, read but not changed.
         unsafe { crate::graph::graph_nodes(graph, &mut listed.nodes) }?;
@@ -703,6 +707,20 @@ impl<'s, S: AsStream> Capture<'s, S> {
         let ours = in_order(nodes, &outside).ok_or_else(unmatched)?;
         if ours.len() != record.nodes.len() {
             return Err(unmatched());
+        }
+        // The capturing stream's dependencies, as the driver says, must be the nodes the guard
+        // placed there (as `Capture::end` confirms it).
+        if let Some(list) = self.heads.borrow().as_ref() {
+            let placed = list.iter().find(|(s, _)| *s == origin).map(|(_, p)| p);
+            let confirmed = placed.is_some_and(|placed| {
+                placed.len() == info.deps.len()
+                    && placed
+                        .iter()
+                        .all(|&p| ours.get(p as usize).is_some_and(|n| info.deps.contains(n)))
+            });
+            if !confirmed {
+                return Err(unmatched());
+            }
         }
         for (node, &raw) in record.nodes.iter_mut().zip(&ours) {
             node.raw = raw;

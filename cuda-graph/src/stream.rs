@@ -550,12 +550,6 @@ pub(crate) fn last_captured_node(stream: sys::CUstream) -> Result<Option<sys::CU
     }
 }
 
-/// The graph `stream`'s capture builds, or `None` when it does not capture.
-pub(crate) fn capture_graph(stream: sys::CUstream) -> Result<Option<sys::CUgraph>> {
-    let info = capture_info(stream)?;
-    Ok((info.active && !info.graph.is_null()).then_some(info.graph))
-}
-
 /// A stream someone else owns: the per-thread or legacy default stream, or one made by another
 /// library. Never destroyed by us.
 #[derive(Debug, Clone)]
