@@ -58,7 +58,9 @@ pub trait AsStream: sealed::Sealed {
         Ok(id)
     }
 
-    /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`).
+    /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`). Inside a capture
+    /// of this crate the wait adds dependencies the capture's guard did not make, so the capture
+    /// reads its graph's edges from the driver when it ends ([`Capture`](crate::Capture)).
     ///
     /// # Errors
     ///
