@@ -710,15 +710,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
         }
         // The capturing stream's dependencies, as the driver says, must be the nodes the guard
         // placed there (as `Capture::end` confirms it).
-        if let Some(list) = self.heads.borrow().as_ref() {
-            let placed = list.iter().find(|(s, _)| *s == origin).map(|(_, p)| p);
-            let confirmed = placed.is_some_and(|placed| {
-                placed.len() == info.deps.len()
-                    && placed
-                        .iter()
-                        .all(|&p| ours.get(p as usize).is_some_and(|n| info.deps.contains(n)))
-            });
-            if !confirmed {
+        if let Some(heads) = self.heads.borrow().as_ref() {
+            if !placed_as_reported(heads, origin, &ours, &info.deps) {
                 return Err(unmatched());
             }
         }
@@ -856,17 +849,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
             }
             // The capturing stream's last dependencies are the nodes the guard placed there.
             let origin = self.stream.as_raw_stream();
-            let placed = heads
-                .as_ref()
-                .and_then(|list| list.iter().find(|(s, _)| *s == origin))
-                .map(|(_, placed)| placed);
-            match (placed, &frontier) {
-                (Some(placed), Some(frontier)) => {
-                    placed.len() == frontier.len()
-                        && placed
-                            .iter()
-                            .all(|&p| frontier.contains(&nodes[p as usize]))
-                }
+            match (&heads, &frontier) {
+                (Some(heads), Some(frontier)) => placed_as_reported(heads, origin, nodes, frontier),
                 _ => false,
             }
         } else {
@@ -1081,6 +1065,23 @@ struct Placed {
     slot: usize,
     /// The positions it depends on, as the guard noted them.
     deps: Few<u32>,
+}
+
+/// Whether the nodes the driver reports `origin` depends on (`reported`) are those the guard
+/// placed there, taken by position among `nodes` (the capture's nodes in the order captured).
+fn placed_as_reported(
+    heads: &Heads,
+    origin: sys::CUstream,
+    nodes: &[sys::CUgraphNode],
+    reported: &[sys::CUgraphNode],
+) -> bool {
+    let placed = heads.iter().find(|(s, _)| *s == origin).map(|(_, p)| p);
+    placed.is_some_and(|placed| {
+        placed.len() == reported.len()
+            && placed
+                .iter()
+                .all(|&p| nodes.get(p as usize).is_some_and(|n| reported.contains(n)))
+    })
 }
 
 /// In the streams [`chained`] checks, a node the crate made outside the guard.
