@@ -99,10 +99,10 @@ fn config() -> LaunchConfig {
 }
 
 /// `(in, out, n)` for `square_f32` and `negate_f32`.
-fn unary(
-    input: &impl cuda_graph::DeviceAddress,
-    output: &impl cuda_graph::DeviceAddress,
-) -> KernelArgs {
+fn unary<'a>(
+    input: &'a impl cuda_graph::DeviceAddress,
+    output: &'a impl cuda_graph::DeviceAddress,
+) -> KernelArgs<'a> {
     KernelArgs::new()
         .ptr(input)
         .ptr(output)

@@ -256,8 +256,8 @@ impl<'s, S: AsStream> Capture<'s, S> {
         crate::alloc::check_size(call, self.device(), bytes)?;
         let mut ptr = 0;
         check(f(&mut ptr), call)?;
+        // Held by the record, as an alloc node's allocation is (`Graph::add_mem_alloc_node`).
         let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
-        allocation.keep_in(&mut self.keep.borrow_mut());
         let at = self.node_of(self.stream)?;
         let position =
             (self.record.borrow_mut()).push_alloc(at.node, at.deps.clone(), allocation.clone());
@@ -342,7 +342,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         &self,
         function: &Function,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<()> {
         // SAFETY: the caller upholds the launch contract; the capturing stream is a member.
         unsafe { self.launch_captured(self.stream, function, config, args) }
@@ -367,7 +367,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         stream: &impl AsStream,
         function: &Function,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<()> {
         self.check_member("Capture::launch_on", stream)?;
         // SAFETY: the caller upholds the launch contract; the stream is a member (checked).
@@ -384,7 +384,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         stream: &impl AsStream,
         function: &Function,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<()> {
         function.device().bind()?;
         // SAFETY: the caller upholds the launch contract; the stream captures, so the launch
@@ -543,7 +543,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     fn captured_use(
         &self,
         kind: NodeKind,
-        operands: &KernelArgs,
+        operands: &KernelArgs<'_>,
         op: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
         self.device().bind()?;
@@ -825,8 +825,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
             heads.is_some() && frontier.is_some() && !captured_outside.changed_dependencies();
         let listed = if noted {
             let mut listed = Listed::new();
+            let expected = record.nodes.len() + outside.len();
             // SAFETY: the caller hands over a live graph.
-            unsafe { crate::graph::graph_nodes(raw, &mut listed.nodes) }?;
+            unsafe { crate::graph::graph_nodes_expecting(raw, &mut listed.nodes, expected) }?;
             listed
         } else {
             // SAFETY: as above.

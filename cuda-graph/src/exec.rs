@@ -693,7 +693,7 @@ impl ExecGraph {
         node: Node,
         function: &Function,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<()> {
         const CALL: &str = "cuGraphExecKernelNodeSetParams";
         if graph.id != self.graph_id {

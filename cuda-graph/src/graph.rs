@@ -472,7 +472,9 @@ impl Graph {
             self.id,
             params.label.clone(),
         );
-        allocation.keep_in(self.keep.get_mut());
+        // Not in the keep list: the record holds it while the graph lives, and an executable
+        // graph holds it when it outlives the launch (`Roles`); freed in this graph, it is
+        // never live, and its handle guards nothing a launch uses.
         let index = self.record.push_alloc(raw, indices, allocation.clone());
         if let Some(label) = &params.label {
             self.record.nodes[index].set_label(label.clone());
@@ -527,7 +529,7 @@ impl Graph {
         deps: &[Node],
         function: &Function,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<Node> {
         const CALL: &str = "cuGraphAddKernelNode";
         let (raw, indices) = args.with_pointers(|params| {
@@ -1371,6 +1373,34 @@ pub(crate) unsafe fn graph_nodes(
     };
     // SAFETY: the driver writes at most `n` nodes and says how many.
     unsafe { fill_list(nodes, count, fill) }
+}
+
+/// The graph's nodes into `nodes`, as [`graph_nodes`], in one driver call when the graph holds
+/// at most `expected` of them (a captured graph read back, whose node count the guard knows).
+/// The call is given room for one more: the driver fills what it has and says how many, so a
+/// count of `expected` or fewer is the whole list; a full list may be cut short, and is read
+/// again in two calls.
+///
+/// # Safety
+///
+/// `raw` is a live graph.
+pub(crate) unsafe fn graph_nodes_expecting(
+    raw: sys::CUgraph,
+    nodes: &mut Vec<sys::CUgraphNode>,
+    expected: usize,
+) -> Result<()> {
+    let room = expected + 1;
+    let fill = |at, n: &mut usize| {
+        // SAFETY: `at` has room for `n` entries.
+        driver!(unsafe { sys::cuGraphGetNodes(raw, at, n) })
+    };
+    // SAFETY: the driver writes at most `n` nodes and says how many.
+    unsafe { fill_list(nodes, room, fill) }?;
+    if nodes.len() < room {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    unsafe { graph_nodes(raw, nodes) }
 }
 
 thread_local! {

@@ -54,7 +54,7 @@ pub(crate) mod sealed {
 }
 
 /// The owner of some memory, as a node or a launch sees it.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub enum Owner<'a> {
     /// A graph allocation: its uses are recorded for the lifetime checks and ordered.
     Graph(&'a GraphAllocation),

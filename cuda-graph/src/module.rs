@@ -12,9 +12,8 @@ use crate::handle::Handle;
 use crate::host_memory::HostMemory;
 use crate::inline_list::Few;
 use crate::keep::{Keep, KeepList};
-use crate::memory::{BufferMemory, DeviceAddress, Owner};
+use crate::memory::{DeviceAddress, Owner};
 use crate::stream::{AsStream, CaptureStatus};
-use crate::stream_alloc::StreamMemory;
 use crate::sys;
 
 /// A loaded module (`cuModuleLoadData`), unloaded when the last [`Function`] of it drops.
@@ -223,7 +222,7 @@ impl Function {
         &self,
         stream: &impl AsStream,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<()> {
         stream_ordered(
             "Function::launch",
@@ -246,7 +245,7 @@ impl Function {
         &self,
         stream: &impl AsStream,
         config: LaunchConfig,
-        args: &KernelArgs,
+        args: &KernelArgs<'_>,
     ) -> Result<()> {
         args.with_pointers(|params| {
             // SAFETY: `params` holds one pointer per argument into `args`' storage, alive for
@@ -302,7 +301,7 @@ pub(crate) fn stream_ordered(
     call: &'static str,
     device: &Device,
     stream: &impl AsStream,
-    operands: &KernelArgs,
+    operands: &KernelArgs<'_>,
     keep: Option<Keep>,
     op: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
@@ -430,25 +429,15 @@ impl LaunchConfig {
 /// A kernel's argument list, built from typed values. Memory passed with [`KernelArgs::ptr`] is
 /// recorded: graph allocations as uses of the allocation, for the lifetime checks and for
 /// ordering, and every owner so that a node or launch keeps it allocated.
+///
+/// The list borrows the memory it names (`'a`): a node or launch made from it takes its own
+/// hold of each owner, so building the list touches no reference count.
 #[derive(Debug, Default, Clone)]
-pub struct KernelArgs {
+pub struct KernelArgs<'a> {
     /// The argument bytes.
     words: ArgWords,
     /// The owners of the memory among the arguments.
-    owners: Few<ArgOwner>,
-}
-
-/// The owner of memory passed as a kernel argument.
-#[derive(Debug, Clone)]
-enum ArgOwner {
-    Graph(GraphAllocation),
-    Stream(Arc<StreamMemory>),
-    Buffer(Arc<BufferMemory>),
-    #[cfg(feature = "cudarc")]
-    Cudarc(Arc<crate::cudarc::CudarcMemory>),
-    /// Host-visible memory: a managed buffer passed by address, or the pinned side of a host
-    /// copy (an operand with no argument word, [`KernelArgs::host`]).
-    Host(Arc<HostMemory>),
+    owners: Few<Owner<'a>>,
 }
 
 /// Arguments kept inline: words and arguments. A list this size stays under 128 bytes, which
@@ -537,11 +526,11 @@ impl ArgWords {
     }
 }
 
-impl KernelArgs {
+impl<'a> KernelArgs<'a> {
     /// An empty list.
     #[inline]
     #[must_use]
-    pub fn new() -> KernelArgs {
+    pub fn new() -> KernelArgs<'a> {
         KernelArgs::default()
     }
 
@@ -550,7 +539,7 @@ impl KernelArgs {
     /// calls then builds the list in place instead of moving it into and out of each call.
     #[inline(always)]
     #[must_use = "returns the list with the argument appended"]
-    pub fn value<T: Copy + 'static>(mut self, value: T) -> KernelArgs {
+    pub fn value<T: Copy + 'static>(mut self, value: T) -> KernelArgs<'a> {
         const { assert!(align_of::<T>() <= 8, "kernel argument alignment above 8") };
         self.words.push(value);
         self
@@ -560,29 +549,22 @@ impl KernelArgs {
     /// kernel).
     #[inline(always)]
     #[must_use = "returns the list with the argument appended"]
-    pub fn ptr(mut self, target: &impl DeviceAddress) -> KernelArgs {
-        self.owners.push(match target.owner() {
-            Owner::Graph(a) => ArgOwner::Graph(a.clone()),
-            Owner::Stream(m) => ArgOwner::Stream(m.clone()),
-            Owner::Buffer(m) => ArgOwner::Buffer(m.clone()),
-            #[cfg(feature = "cudarc")]
-            Owner::Cudarc(m) => ArgOwner::Cudarc(m.clone()),
-            Owner::Host(m) => ArgOwner::Host(m.clone()),
-        });
+    pub fn ptr(mut self, target: &'a impl DeviceAddress) -> KernelArgs<'a> {
+        self.owners.push(target.owner());
         self.value(target.device_ptr())
     }
 
     /// Records `memory` as an operand without an argument word: the pinned side of a stream
     /// copy, whose operand list is never launched.
-    pub(crate) fn host(mut self, memory: &Arc<HostMemory>) -> KernelArgs {
-        self.owners.push(ArgOwner::Host(memory.clone()));
+    pub(crate) fn host(mut self, memory: &'a Arc<HostMemory>) -> KernelArgs<'a> {
+        self.owners.push(Owner::Host(memory));
         self
     }
 
     /// The host-visible memories among the operands, once each, in address order.
     pub(crate) fn host_memories(&self) -> Vec<&Arc<HostMemory>> {
         let memories = self.owners.iter().filter_map(|o| match o {
-            ArgOwner::Host(m) => Some(m),
+            Owner::Host(m) => Some(*m),
             _ => None,
         });
         crate::host_memory::in_address_order(memories.collect())
@@ -603,7 +585,7 @@ impl KernelArgs {
     /// The graph allocations the arguments name.
     pub fn graph_allocations(&self) -> impl Iterator<Item = &GraphAllocation> {
         self.owners.iter().filter_map(|o| match o {
-            ArgOwner::Graph(a) => Some(a),
+            Owner::Graph(a) => Some(*a),
             _ => None,
         })
     }
@@ -611,12 +593,12 @@ impl KernelArgs {
     /// Values that keep every argument's memory allocated.
     pub(crate) fn keeps(&self) -> impl Iterator<Item = Keep> + '_ {
         self.owners.iter().map(|o| match o {
-            ArgOwner::Graph(a) => a.keep(),
-            ArgOwner::Stream(m) => m.clone() as Keep,
-            ArgOwner::Buffer(m) => m.clone() as Keep,
+            Owner::Graph(a) => a.keep(),
+            Owner::Stream(m) => Arc::clone(m) as Keep,
+            Owner::Buffer(m) => Arc::clone(m) as Keep,
             #[cfg(feature = "cudarc")]
-            ArgOwner::Cudarc(m) => m.clone() as Keep,
-            ArgOwner::Host(m) => m.clone() as Keep,
+            Owner::Cudarc(m) => Arc::clone(m) as Keep,
+            Owner::Host(m) => Arc::clone(m) as Keep,
         })
     }
 
@@ -626,12 +608,12 @@ impl KernelArgs {
     pub(crate) fn keep_in(&self, list: &mut KeepList) {
         for owner in self.owners.iter() {
             match owner {
-                ArgOwner::Graph(a) => a.keep_in(list),
-                ArgOwner::Stream(m) => list.push_arc(m),
-                ArgOwner::Buffer(m) => list.push_arc(m),
+                Owner::Graph(a) => a.keep_in(list),
+                Owner::Stream(m) => list.push_arc(m),
+                Owner::Buffer(m) => list.push_arc(m),
                 #[cfg(feature = "cudarc")]
-                ArgOwner::Cudarc(m) => list.push_arc(m),
-                ArgOwner::Host(m) => list.push_host(m.clone() as Keep),
+                Owner::Cudarc(m) => list.push_arc(m),
+                Owner::Host(m) => list.push_host(Arc::clone(m) as Keep),
             }
         }
     }
@@ -662,7 +644,7 @@ impl KernelArgs {
     /// that is impossible, the allocation is kept ([`Error::InDoubt`]).
     fn note_stream_uses(&self, call: &'static str, stream: &impl AsStream) -> Result<()> {
         for owner in &self.owners {
-            if let ArgOwner::Stream(m) = owner {
+            if let Owner::Stream(m) = owner {
                 if let Err(e) = m.note_stream_use(stream) {
                     if !crate::uses::wait_unmarked(stream) {
                         m.doubt(call);
@@ -671,7 +653,7 @@ impl KernelArgs {
                 }
             }
             #[cfg(feature = "cudarc")]
-            if let ArgOwner::Cudarc(m) = owner {
+            if let Owner::Cudarc(m) = owner {
                 if let Err(e) = m.note_stream_use(stream) {
                     if !crate::uses::wait_unmarked(stream) {
                         m.doubt(call);
@@ -689,7 +671,7 @@ mod tests {
     use super::KernelArgs;
 
     /// Reads argument `arg` of `args` as a `T` through the `void**` array kernels receive.
-    fn read<T: Copy>(args: &KernelArgs, arg: usize) -> T {
+    fn read<T: Copy>(args: &KernelArgs<'_>, arg: usize) -> T {
         args.with_pointers(|pointers| {
             // SAFETY: `arg` is below the argument count and was written as a `T`; the words
             // outlive this closure.

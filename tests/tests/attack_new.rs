@@ -807,8 +807,9 @@ fn set_params_body() {
     let module = Module::from_ptx(&d, cuda_graph::kernels::PTX).unwrap();
     let fill = module.function("fill_u32").unwrap();
     let first = DeviceBuffer::<u32>::zeroed(&d, WORDS).unwrap();
-    let args =
-        |buf: &DeviceBuffer<u32>, v: u32| KernelArgs::new().ptr(buf).value(WORDS as u64).value(v);
+    fn args(buf: &DeviceBuffer<u32>, v: u32) -> KernelArgs<'_> {
+        KernelArgs::new().ptr(buf).value(WORDS as u64).value(v)
+    }
     let mut g = Graph::new(&d).unwrap();
     // SAFETY: fill_u32(u32* p, u64 n, u32 v) over a buffer of WORDS values, here and below.
     let node = unsafe { g.add_kernel_node(&[], &fill, cfg(), &args(&first, 1)) }.unwrap();

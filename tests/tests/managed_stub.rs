@@ -43,7 +43,7 @@ fn managed_live() -> i32 {
 }
 
 /// `fill_u32(p, n, v)` over the whole buffer.
-fn fill_args(p: &ManagedBuffer<u32>) -> KernelArgs {
+fn fill_args(p: &ManagedBuffer<u32>) -> KernelArgs<'_> {
     KernelArgs::new().ptr(p).value(WORDS as u64).value(1u32)
 }
 

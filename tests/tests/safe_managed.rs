@@ -20,7 +20,7 @@ use probe::{PATTERN, SPIN_50_MS, one_thread};
 use safe_common::{BYTES, N, assert_all, assert_iota, assert_no_drop_errors, config, gpu, settle};
 
 /// The arguments of `spin_then_fill_u32(p, n, v, cycles)`.
-fn spin_fill(p: &ManagedBuffer<u32>, n: u64, v: u32, cycles: u64) -> KernelArgs {
+fn spin_fill(p: &ManagedBuffer<u32>, n: u64, v: u32, cycles: u64) -> KernelArgs<'_> {
     KernelArgs::new().ptr(p).value(n).value(v).value(cycles)
 }
 

@@ -1162,11 +1162,8 @@ fn per_thread_stream_allocation_dropped_on_another_thread_waits_for_its_work() {
     };
     let device = &gpu.device;
     let pt = BorrowedStream::per_thread(device);
-    let late_writer_on = |target: &dyn Fn(KernelArgs) -> KernelArgs| {
-        let args = target(KernelArgs::new())
-            .value(N)
-            .value(LATE)
-            .value(SPIN_100_MS);
+    let late_writer_on = |target: KernelArgs<'_>| {
+        let args = target.value(N).value(LATE).value(SPIN_100_MS);
         // SAFETY: spin_then_fill_u32(unsigned* p, unsigned long long n, unsigned v,
         // unsigned long long spins) over the N words of the stream allocation, which is
         // allocated in order on this stream before the kernel and freed in order after it.
@@ -1180,7 +1177,7 @@ fn per_thread_stream_allocation_dropped_on_another_thread_waits_for_its_work() {
             return;
         }
     };
-    late_writer_on(&|args| args.ptr(&a));
+    late_writer_on(KernelArgs::new().ptr(&a));
     pt.synchronize().unwrap();
     let got = read_words(device, a.device_ptr(), N as usize).unwrap();
     assert_all(&got, LATE, "control: the late writer's output");
@@ -1190,7 +1187,7 @@ fn per_thread_stream_allocation_dropped_on_another_thread_waits_for_its_work() {
     let a = StreamAllocation::new(&pt, BYTES).unwrap();
     pt.synchronize().unwrap();
     let freed = a.device_ptr();
-    late_writer_on(&|args| args.ptr(&a));
+    late_writer_on(KernelArgs::new().ptr(&a));
     let gpu = &gpu;
     let (probe, got) = std::thread::scope(|scope| {
         scope

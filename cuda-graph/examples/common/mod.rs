@@ -126,27 +126,40 @@ pub mod args {
     }
 
     /// For `fill_u32`, `iota_u32` and `add_u32`: `(p, n, v)`.
-    pub fn pnv(p: &impl DeviceAddress, n: u64, v: u32) -> KernelArgs {
+    pub fn pnv(p: &impl DeviceAddress, n: u64, v: u32) -> KernelArgs<'_> {
         fits(p, n, 4);
         KernelArgs::new().ptr(p).value(n).value(v)
     }
 
     /// For `copy_u32`: `(dst, src, n)`.
-    pub fn copy(dst: &impl DeviceAddress, src: &impl DeviceAddress, n: u64) -> KernelArgs {
+    pub fn copy<'a>(
+        dst: &'a impl DeviceAddress,
+        src: &'a impl DeviceAddress,
+        n: u64,
+    ) -> KernelArgs<'a> {
         fits(dst, n, 4);
         fits(src, n, 4);
         KernelArgs::new().ptr(dst).ptr(src).value(n)
     }
 
     /// For `axpy_u32`: `(dst, src, n, a)`.
-    pub fn axpy(dst: &impl DeviceAddress, src: &impl DeviceAddress, n: u64, a: u32) -> KernelArgs {
+    pub fn axpy<'a>(
+        dst: &'a impl DeviceAddress,
+        src: &'a impl DeviceAddress,
+        n: u64,
+        a: u32,
+    ) -> KernelArgs<'a> {
         fits(dst, n, 4);
         fits(src, n, 4);
         KernelArgs::new().ptr(dst).ptr(src).value(n).value(a)
     }
 
     /// For `sum_u32`: `(p, n, out)`, `out` one `u64`.
-    pub fn sum(p: &impl DeviceAddress, n: u64, out: &impl DeviceAddress) -> KernelArgs {
+    pub fn sum<'a>(
+        p: &'a impl DeviceAddress,
+        n: u64,
+        out: &'a impl DeviceAddress,
+    ) -> KernelArgs<'a> {
         fits(p, n, 4);
         fits(out, 1, 8);
         KernelArgs::new().ptr(p).value(n).ptr(out)

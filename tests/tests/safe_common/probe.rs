@@ -50,7 +50,7 @@ pub fn one_thread() -> LaunchConfig {
 
 /// The arguments of `spin_then_fill_u32(p, n, v, cycles)` for a kernel that spins `cycles`
 /// clock cycles and writes nothing (`n` = 0, so `p` is never dereferenced).
-fn spin_args(cycles: u64) -> KernelArgs {
+fn spin_args(cycles: u64) -> KernelArgs<'static> {
     KernelArgs::new()
         .value(0u64)
         .value(0u64)
