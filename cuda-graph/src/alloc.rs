@@ -116,22 +116,30 @@ impl AllocParams {
 /// would accept the node and fail at upload or launch with `CUDA_ERROR_OUT_OF_MEMORY`). Sums
 /// across allocations and graphs are not checked: what fits depends on what else is allocated
 /// when a graph launches.
+#[inline]
 pub(crate) fn check_size(call: &'static str, device: &Device, bytes: usize) -> Result<()> {
+    match device.memory_bytes() {
+        Ok(memory) if bytes != 0 && bytes < memory => Ok(()),
+        other => size_refused(call, bytes, other),
+    }
+}
+
+/// [`check_size`]'s error: a size of 0 or of the device's memory (`memory`) or more, or the
+/// error of reading the device's memory.
+#[cold]
+fn size_refused(call: &'static str, bytes: usize, memory: Result<usize>) -> Result<()> {
     if bytes == 0 {
         return Err(Error::invalid(call, "an allocation of 0 bytes"));
     }
-    let memory = device.memory_bytes()?;
-    if bytes >= memory {
-        return Err(Error::invalid(
-            call,
-            format!(
-                "an allocation of {} on a device of {}",
-                crate::bytes::Bytes(bytes as u64),
-                crate::bytes::Bytes(memory as u64)
-            ),
-        ));
-    }
-    Ok(())
+    let memory = memory?;
+    Err(Error::invalid(
+        call,
+        format!(
+            "an allocation of {} on a device of {}",
+            crate::bytes::Bytes(bytes as u64),
+            crate::bytes::Bytes(memory as u64)
+        ),
+    ))
 }
 
 pub(crate) fn device_location(device: &Device) -> sys::CUmemLocation {

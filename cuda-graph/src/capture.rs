@@ -184,7 +184,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
             id,
             record: RefCell::new(Record::of_graph(id)),
             streams: RefCell::new(SPARE_STREAMS.try_with(Cell::take).unwrap_or_default()),
-            heads: RefCell::new(Some(vec![(stream.as_raw_stream(), Few::Empty)])),
+            heads: RefCell::new(Some(Few::One((stream.as_raw_stream(), Few::Empty)))),
             // Only the crate queues work on an owned stream (its raw handle aside: see
             // `Capture`); other code may queue work on a borrowed one.
             each_call: Cell::new(stream.tail().is_none()),
@@ -1055,8 +1055,9 @@ thread_local! {
     static SPARE_STREAMS: Cell<Vec<sys::CUstream>> = const { Cell::new(Vec::new()) };
 }
 
-/// For each stream of a capture, the positions of the nodes its next operation depends on.
-type Heads = Vec<(sys::CUstream, Few<u32>)>;
+/// For each stream of a capture, the positions of the nodes its next operation depends on
+/// (inline for a capture on one stream).
+type Heads = Few<(sys::CUstream, Few<u32>)>;
 
 /// Where a call's node goes in a capture's record (see [`Capture::node_of`]).
 struct Placed {

@@ -433,10 +433,17 @@ impl Device {
     }
 
     /// The device's memory in bytes, read once.
+    #[inline]
     pub(crate) fn memory_bytes(&self) -> Result<usize> {
-        if let Some(&bytes) = self.inner.total_memory.get() {
-            return Ok(bytes);
+        match self.inner.total_memory.get() {
+            Some(&bytes) => Ok(bytes),
+            None => self.read_memory_bytes(),
         }
+    }
+
+    /// [`memory_bytes`](Device::memory_bytes) the first time.
+    #[cold]
+    fn read_memory_bytes(&self) -> Result<usize> {
         let bytes = self.total_memory()?;
         Ok(*self.inner.total_memory.get_or_init(|| bytes))
     }

@@ -3,7 +3,7 @@
 //! makes thousands of these; a `Vec` allocates for each.
 
 use std::fmt;
-use std::ops::Deref;
+use std::ops::{Deref, DerefMut};
 
 /// A list that keeps a single item inline and moves to a `Vec` at the second. Reads as a slice
 /// (`Deref<Target = [T]>`).
@@ -65,6 +65,17 @@ impl<T> Deref for Few<T> {
     #[inline]
     fn deref(&self) -> &[T] {
         self.as_slice()
+    }
+}
+
+impl<T> DerefMut for Few<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        match self {
+            Few::Empty => &mut [],
+            Few::One(item) => std::slice::from_mut(item),
+            Few::Many(items) => items,
+        }
     }
 }
 

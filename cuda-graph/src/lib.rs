@@ -121,9 +121,10 @@
 //! allocated until the GPU can no longer touch it. A [`Graph`] keeps, in one list, the
 //! [`Function`]'s module of every kernel node, the memory of every [`DeviceAddress`] operand
 //! (memset, memcpy, kernel arguments passed with [`KernelArgs::ptr`]), the memory of every
-//! [`PinnedBuffer`] a memcpy node copies to or from, every allocation of its
-//! alloc nodes, host closures, events, and child graphs' lists; [`Capture`] keeps the same for
-//! captured calls. Every [`ExecGraph`] made from the graph holds the list too, and marks its
+//! [`PinnedBuffer`] a memcpy node copies to or from, host closures, events, and child graphs'
+//! lists; [`Capture`] keeps the same for captured calls. The allocations of its alloc nodes are
+//! held by its record, and by each [`ExecGraph`] when they outlive a launch (one freed in its own
+//! graph is never live after a launch: its handle guards no memory the GPU uses). Every [`ExecGraph`] made from the graph holds the list too, and marks its
 //! launches with an event; dropped, it destroys the executable graph (CUDA defers
 //! `cuGraphExecDestroy` for launches in flight) and lets go of the list once the event after its
 //! last launch has completed (launches of one executable graph run one after another). A graph
