@@ -27,7 +27,7 @@ use crate::deferred;
 use crate::device::Device;
 use crate::error::{AllocationRef, Error, Result, driver};
 use crate::event::Event;
-use crate::keep::{Keep, KeepList};
+use crate::keep::Keep;
 use crate::stream::{AsStream, CaptureStatus};
 use crate::sys;
 use crate::uses::{StreamUses, wait};
@@ -486,13 +486,6 @@ impl GraphAllocation {
     /// A value that keeps the allocation's handle state alive (for graphs that refer to it).
     pub(crate) fn keep(&self) -> Keep {
         self.inner.clone() as Keep
-    }
-
-    /// Keeps the allocation's handle state alive for as long as `list` and what it is shared
-    /// with hold it.
-    #[inline]
-    pub(crate) fn keep_in(&self, list: &mut KeepList) {
-        list.push_arc(&self.inner);
     }
 }
 

@@ -317,7 +317,6 @@ impl<'s, S: AsStream> Capture<'s, S> {
     }
 
     fn free_captured(&self, stream: &impl AsStream, allocation: &GraphAllocation) -> Result<()> {
-        allocation.keep_in(&mut self.keep.borrow_mut());
         // SAFETY: the stream captures into this capture; the driver validates the address.
         driver!(unsafe { sys::cuMemFreeAsync(allocation.ptr(), stream.as_raw_stream()) })?;
         let at = self.node_of(stream)?;
@@ -393,7 +392,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         {
             let mut keep = self.keep.borrow_mut();
             function.keep_in(&mut keep);
-            args.keep_in(&mut keep);
+            args.keep_unrecorded_in(&mut keep);
         }
         let at = self.node_of(stream)?;
         let kernel = (NodeKind::Kernel(function.shared_name()), MemRole::Use);
@@ -548,7 +547,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ) -> Result<()> {
         self.device().bind()?;
         op()?;
-        operands.keep_in(&mut self.keep.borrow_mut());
+        operands.keep_unrecorded_in(&mut self.keep.borrow_mut());
         let at = self.node_of(self.stream)?;
         self.record_uses(at, (kind, MemRole::Use), operands.graph_allocations());
         Ok(())

@@ -750,7 +750,7 @@ impl ExecGraph {
         let index = graph.index_of(CALL, node)?;
         let mut set = KeepList::default();
         function.keep_in(&mut set);
-        args.keep_in(&mut set);
+        args.keep_unrecorded_in(&mut set);
         let set = set.share();
         match self.node_keeps.iter_mut().find(|(at, _)| *at == index) {
             Some((_, previous)) => {

@@ -555,7 +555,7 @@ impl Graph {
         let kind = NodeKind::Kernel(function.shared_name());
         let keep = self.keep.get_mut();
         function.keep_in(keep);
-        args.keep_in(keep);
+        args.keep_unrecorded_in(keep);
         let mut uses = args.graph_allocations();
         Ok(match (uses.next(), uses.next()) {
             (None, _) => self.push(raw, kind, indices),
@@ -616,7 +616,7 @@ impl Graph {
         })?;
         let uses = target.graph_allocation().map(|a| (MemRole::Use, a));
         let node = self.push_with(raw, NodeKind::Memset, indices, uses);
-        target.owner().keep_in(self.keep.get_mut());
+        target.owner().keep_unrecorded_in(self.keep.get_mut());
         Ok(node)
     }
 
@@ -741,8 +741,8 @@ impl Graph {
         let uses = uses.into_iter().flatten().map(|a| (MemRole::Use, a));
         let node = self.push_with(raw, NodeKind::Memcpy, indices, uses);
         let keep = self.keep.get_mut();
-        dst.owner().keep_in(keep);
-        src.owner().keep_in(keep);
+        dst.owner().keep_unrecorded_in(keep);
+        src.owner().keep_unrecorded_in(keep);
         Ok(node)
     }
 
@@ -845,7 +845,7 @@ impl Graph {
         let uses = device.graph_allocation().map(|a| (MemRole::Use, a));
         let node = self.push_with(raw, NodeKind::Memcpy, indices, uses);
         let keep = self.keep.get_mut();
-        device.owner().keep_in(keep);
+        device.owner().keep_unrecorded_in(keep);
         keep.push_host(host);
         Ok(node)
     }

@@ -73,10 +73,13 @@ pub enum Owner<'a> {
 }
 
 impl Owner<'_> {
-    /// Keeps the memory allocated for as long as `list` and what it is shared with hold it.
-    pub(crate) fn keep_in(&self, list: &mut KeepList) {
+    /// Keeps the memory allocated for as long as `list` and what it is shared with hold it, but
+    /// for a graph allocation, which the record of the graph whose node uses it holds (see
+    /// `KernelArgs::keep_unrecorded_in`).
+    #[inline]
+    pub(crate) fn keep_unrecorded_in(&self, list: &mut KeepList) {
         match self {
-            Owner::Graph(a) => a.keep_in(list),
+            Owner::Graph(_) => {}
             Owner::Stream(m) => list.push_arc(m),
             Owner::Buffer(m) => list.push_arc(m),
             #[cfg(feature = "cudarc")]

@@ -602,19 +602,15 @@ impl<'a> KernelArgs<'a> {
         })
     }
 
-    /// Keeps every argument's memory allocated for as long as `list` and what it is shared
-    /// with hold it.
+    /// Keeps every argument's memory but graph allocations allocated for as long as `list` and
+    /// what it is shared with hold it. Graph allocations are the record's to hold: every caller
+    /// records them as used by its node, and a graph's record holds each allocation it names,
+    /// as an executable graph holds those that outlive its launches or come from another graph
+    /// (the crate docs' "Safety model").
     #[inline]
-    pub(crate) fn keep_in(&self, list: &mut KeepList) {
+    pub(crate) fn keep_unrecorded_in(&self, list: &mut KeepList) {
         for owner in self.owners.iter() {
-            match owner {
-                Owner::Graph(a) => a.keep_in(list),
-                Owner::Stream(m) => list.push_arc(m),
-                Owner::Buffer(m) => list.push_arc(m),
-                #[cfg(feature = "cudarc")]
-                Owner::Cudarc(m) => list.push_arc(m),
-                Owner::Host(m) => list.push_host(Arc::clone(m) as Keep),
-            }
+            owner.keep_unrecorded_in(list);
         }
     }
 
