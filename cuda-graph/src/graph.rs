@@ -224,6 +224,11 @@ impl Graph {
     /// and the error is recorded in [`Device::drop_errors`].
     #[must_use = "the handle is no longer destroyed on drop: destroy it, or it leaks"]
     pub fn into_raw(mut self) -> sys::CUgraph {
+        // The record holds the graph allocations its nodes name; it goes with this value.
+        let keep = self.keep.get_mut();
+        for (allocation, _) in self.record.allocations_with_roles() {
+            keep.push(allocation.keep());
+        }
         if let Err(e) = retain_keep(&self) {
             self.device.record_drop_error(e);
             std::mem::forget(self.share_keep());

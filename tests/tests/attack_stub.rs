@@ -334,6 +334,44 @@ fn into_raw_frees_what_the_raw_graph_refers_to() {
     });
 }
 
+/// `Graph::into_raw` hands the raw graph what its nodes refer to, graph allocations included:
+/// the record, which holds the allocations a graph's nodes name, goes with the value. A kernel
+/// node of the raw graph uses an allocation of another graph (G.3.3); once that graph and every
+/// handle are dropped, the raw graph's user object still holds the allocation, until the raw
+/// graph is destroyed.
+#[test]
+fn into_raw_keeps_the_graph_allocations_its_nodes_use() {
+    isolated("into_raw_keeps_the_graph_allocations_its_nodes_use", || {
+        let (device, _module, fill) = stub();
+        let live = || cuda_graph::live_objects().graph_allocations;
+        let before = live();
+        let mut owner = Graph::new(&device).unwrap();
+        let (_, escaping) = owner
+            .add_mem_alloc_node(&[], &AllocParams::new(&device, BYTES))
+            .unwrap();
+        let mut user = Graph::new(&device).unwrap();
+        let args = KernelArgs::new().ptr(&escaping).value(N).value(1u32);
+        // SAFETY: fill_u32(unsigned* p, unsigned long long n, unsigned v) over the allocation's
+        // N words; the stub runs nothing.
+        unsafe { user.add_kernel_node(&[], &fill, config(), &args) }.unwrap();
+        let raw = user.into_raw();
+        drop((owner, escaping));
+        flush_deferred();
+        assert_eq!(
+            live() - before,
+            1,
+            "the raw graph's kernel node uses the allocation, which into_raw let go of"
+        );
+        // SAFETY: `raw` is the graph given up above; nothing else destroys it.
+        assert_eq!(
+            unsafe { cuda_graph::sys::cuGraphDestroy(raw) },
+            cuda_graph::sys::CUresult::CUDA_SUCCESS
+        );
+        flush_deferred();
+        assert_eq!(live(), before, "released with the raw graph's user object");
+    });
+}
+
 /// Finding 4. A kernel captured through `Function::launch` into a `Capture` keeps its module
 /// and memory, but its uses of graph allocations are not recorded: the captured graph's launch
 /// is not refused for an allocation that is not live, nor ordered after its allocating launch,
