@@ -94,8 +94,11 @@ pub struct Capture<'s, S: AsStream> {
     /// Whether each call asks the driver for its node (`cuStreamGetCaptureInfo`), rather than
     /// leaving the nodes to be told apart by their order when the capture ends.
     each_call: Cell<bool>,
-    /// Allocations and frees whose node the stream did not report (matched by address when
-    /// the graph is read back).
+    /// Whether a call that asked for its node captured work but could not tell its node (the
+    /// query failed, or the stream reported none) while that node uses graph allocations:
+    /// those uses cannot be recorded, so the capture's end destroys the graph
+    /// ([`Error::CaptureNodeUnknown`]).
+    node_unknown: Cell<bool>,
     /// Events of forks and joins, alive until the capture ends.
     events: RefCell<Vec<Event>>,
     ended: bool,
@@ -188,6 +191,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
             // Only the crate queues work on an owned stream (its raw handle aside: see
             // `Capture`); other code may queue work on a borrowed one.
             each_call: Cell::new(stream.tail().is_none()),
+            node_unknown: Cell::new(false),
             events: RefCell::new(Vec::new()),
             ended: false,
         })
@@ -605,7 +609,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
     fn node_of(&self, stream: &impl AsStream) -> Result<Placed> {
         let raw = stream.as_raw_stream();
         if self.each_call.get() {
-            let node = last_captured_node(raw)?;
+            // The work is captured already: if its node cannot be told, the capture must not
+            // end with a graph (its record may lack the node's uses).
+            let node = last_captured_node(raw).inspect_err(|_| self.node_unknown.set(true))?;
             let node = node.unwrap_or(std::ptr::null_mut());
             return Ok(Placed {
                 node,
@@ -655,7 +661,13 @@ impl<'s, S: AsStream> Capture<'s, S> {
         let mut record = self.record.borrow_mut();
         let mut allocations = allocations.into_iter();
         let (node, deps) = (at.node, at.deps.clone());
-        let position = match (allocations.next(), allocations.next()) {
+        let first = allocations.next();
+        if first.is_some() && node.is_null() && self.each_call.get() && role == MemRole::Use {
+            // A use on a node the stream did not report: the read-back matches only alloc and
+            // free nodes by address, so the use would be lost.
+            self.node_unknown.set(true);
+        }
+        let position = match (first, allocations.next()) {
             (None, _) => record.push(node, kind, deps),
             (Some(a), None) => record.push_ref(node, kind, deps, role, a),
             (Some(a), Some(b)) => {
@@ -770,9 +782,14 @@ impl<'s, S: AsStream> Capture<'s, S> {
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: the stream is capturing (begun by this guard); `raw` is a valid out-pointer.
-        let ended =
+        let mut ended =
             driver!(unsafe { sys::cuStreamEndCapture(self.stream.as_raw_stream(), &mut raw) });
         let outside = deferred::capture_ended(self.capture_id).unwrap_or_default();
+        if ended.is_ok() && self.node_unknown.get() {
+            ended = Err(Error::CaptureNodeUnknown {
+                call: "Capture::end",
+            });
+        }
         if let Err(e) = ended {
             if !raw.is_null() {
                 // SAFETY: a graph returned despite the error is ours to destroy.

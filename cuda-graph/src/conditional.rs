@@ -9,9 +9,16 @@
 //! and before their free nodes. Memory nodes inside a body are refused for the same reason. What
 //! the bodies refer to is kept by the graph, as for its other nodes.
 
+use std::ops::Deref;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
 use crate::error::{Error, Result, driver};
+use crate::event::Event;
 use crate::graph::{Graph, Node, next_graph_id};
+use crate::memory::{DeviceAddress, MemsetValue};
+use crate::module::{Function, KernelArgs, LaunchConfig};
 use crate::node_kind::NodeKind;
+use crate::pinned::PinnedBuffer;
 use crate::record::MemRole;
 use crate::sys;
 
@@ -59,6 +66,230 @@ impl ConditionalKind {
             #[cfg(cuda_graph_cond_switch)]
             ConditionalKind::Switch(n) => (T::CU_GRAPH_COND_TYPE_SWITCH, n),
         }
+    }
+}
+
+/// A conditional node's body as its build closure sees it ([`Graph::add_conditional_node`]):
+/// nodes are added to it as to a [`Graph`], but memory nodes (a body cannot hold them), and it
+/// cannot leave the closure. The body's graph belongs to the conditional node, and what its
+/// nodes use is recorded on that node when the closure returns: a body that outlived the
+/// closure would hold a handle the parent graph destroys, and take nodes the parent's record
+/// never sees. So a `Body` is neither made nor moved out by its users (no constructor, no
+/// `Default`, no mutable access to the graph inside), and reads as a `&Graph`.
+pub struct Body {
+    graph: Graph,
+}
+
+impl Deref for Body {
+    type Target = Graph;
+    fn deref(&self) -> &Graph {
+        &self.graph
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Body").field(&self.graph).finish()
+    }
+}
+
+impl Body {
+    /// As [`Graph::add_kernel_node`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_kernel_node`]'s.
+    ///
+    /// # Safety
+    ///
+    /// As [`Graph::add_kernel_node`].
+    pub unsafe fn add_kernel_node(
+        &mut self,
+        deps: &[Node],
+        function: &Function,
+        config: LaunchConfig,
+        args: &KernelArgs<'_>,
+    ) -> Result<Node> {
+        // SAFETY: the caller upholds `Graph::add_kernel_node`'s contract.
+        unsafe { self.graph.add_kernel_node(deps, function, config, args) }
+    }
+
+    /// As [`Graph::add_memset_node`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_memset_node`]'s.
+    pub fn add_memset_node(
+        &mut self,
+        deps: &[Node],
+        target: &impl DeviceAddress,
+        value: u32,
+        count: usize,
+    ) -> Result<Node> {
+        self.graph.add_memset_node(deps, target, value, count)
+    }
+
+    /// As [`Graph::add_memset_node_2d`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_memset_node_2d`]'s.
+    pub fn add_memset_node_2d<T: MemsetValue>(
+        &mut self,
+        deps: &[Node],
+        target: &impl DeviceAddress,
+        value: T,
+        width: usize,
+        height: usize,
+        pitch: usize,
+    ) -> Result<Node> {
+        (self.graph).add_memset_node_2d(deps, target, value, width, height, pitch)
+    }
+
+    /// As [`Graph::add_memcpy_node`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_memcpy_node`]'s.
+    pub fn add_memcpy_node(
+        &mut self,
+        deps: &[Node],
+        dst: &impl DeviceAddress,
+        src: &impl DeviceAddress,
+        bytes: usize,
+    ) -> Result<Node> {
+        self.graph.add_memcpy_node(deps, dst, src, bytes)
+    }
+
+    /// As [`Graph::add_memcpy_node_htod`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_memcpy_node_htod`]'s.
+    pub fn add_memcpy_node_htod<T: bytemuck::Pod>(
+        &mut self,
+        deps: &[Node],
+        dst: &impl DeviceAddress,
+        src: &PinnedBuffer<T>,
+        bytes: usize,
+    ) -> Result<Node> {
+        self.graph.add_memcpy_node_htod(deps, dst, src, bytes)
+    }
+
+    /// As [`Graph::add_memcpy_node_dtoh`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_memcpy_node_dtoh`]'s.
+    pub fn add_memcpy_node_dtoh<T: bytemuck::Pod>(
+        &mut self,
+        deps: &[Node],
+        dst: &PinnedBuffer<T>,
+        src: &impl DeviceAddress,
+        bytes: usize,
+    ) -> Result<Node> {
+        self.graph.add_memcpy_node_dtoh(deps, dst, src, bytes)
+    }
+
+    /// As [`Graph::add_empty_node`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_empty_node`]'s.
+    pub fn add_empty_node(&mut self, deps: &[Node]) -> Result<Node> {
+        self.graph.add_empty_node(deps)
+    }
+
+    /// As [`Graph::add_host_node`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_host_node`]'s.
+    pub fn add_host_node(
+        &mut self,
+        deps: &[Node],
+        f: impl Fn() + Send + Sync + 'static,
+    ) -> Result<Node> {
+        self.graph.add_host_node(deps, f)
+    }
+
+    /// As [`Graph::add_event_record_node`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_event_record_node`]'s.
+    pub fn add_event_record_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
+        self.graph.add_event_record_node(deps, event)
+    }
+
+    /// As [`Graph::add_event_wait_node`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_event_wait_node`]'s.
+    pub fn add_event_wait_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
+        self.graph.add_event_wait_node(deps, event)
+    }
+
+    /// As [`Graph::add_child_graph_node`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_child_graph_node`]'s.
+    pub fn add_child_graph_node(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
+        self.graph.add_child_graph_node(deps, child)
+    }
+
+    /// As [`Graph::add_child_graph_node_moved`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_child_graph_node_moved`]'s.
+    pub fn add_child_graph_node_moved(&mut self, deps: &[Node], child: Graph) -> Result<Node> {
+        self.graph.add_child_graph_node_moved(deps, child)
+    }
+
+    /// As [`Graph::add_dependency`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_dependency`]'s.
+    pub fn add_dependency(&mut self, from: Node, to: Node) -> Result<()> {
+        self.graph.add_dependency(from, to)
+    }
+
+    /// As [`Graph::set_label`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::set_label`]'s.
+    pub fn set_label(&mut self, node: Node, label: impl Into<String>) -> Result<()> {
+        self.graph.set_label(node, label)
+    }
+
+    /// As [`Graph::add_condition`], for a conditional node inside this body.
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_condition`]'s.
+    pub fn add_condition(&mut self, default: Option<u32>) -> Result<Condition> {
+        self.graph.add_condition(default)
+    }
+
+    /// As [`Graph::add_conditional_node`]: a conditional node inside this body.
+    ///
+    /// # Errors
+    ///
+    /// As [`Graph::add_conditional_node`]'s.
+    pub fn add_conditional_node(
+        &mut self,
+        deps: &[Node],
+        condition: &Condition,
+        kind: ConditionalKind,
+        build: impl FnOnce(&mut [Body]) -> Result<()>,
+    ) -> Result<Node> {
+        self.graph
+            .add_conditional_node(deps, condition, kind, build)
     }
 }
 
@@ -134,7 +365,7 @@ impl Graph {
         deps: &[Node],
         condition: &Condition,
         kind: ConditionalKind,
-        build: impl FnOnce(&mut [Graph]) -> Result<()>,
+        build: impl FnOnce(&mut [Body]) -> Result<()>,
     ) -> Result<Node> {
         const CALL: &str = "cuGraphAddNode";
         if condition.graph != self.id {
@@ -172,21 +403,27 @@ impl Graph {
             let out = params.__bindgen_anon_1.conditional.phGraph_out;
             std::slice::from_raw_parts(out, size as usize).to_vec()
         };
-        let mut bodies: Vec<Graph> = raw_bodies
+        let mut bodies: Vec<Body> = raw_bodies
             .into_iter()
             .map(|raw| {
-                let mut body = Graph::wrap(raw, &self.device, next_graph_id());
-                body.owns_raw = false;
-                body.in_body = true;
-                body
+                let mut graph = Graph::wrap(raw, &self.device, next_graph_id());
+                graph.owns_raw = false;
+                graph.in_body = true;
+                Body { graph }
             })
             .collect();
-        let built = build(&mut bodies);
+        // The node is in the raw graph whatever `build` does, a panic included: what the
+        // bodies use is recorded and kept before the panic goes on.
+        let built = catch_unwind(AssertUnwindSafe(|| build(&mut bodies)));
         let node = self.push(raw, NodeKind::Conditional, indices);
         for body in &mut bodies {
+            let body = &mut body.graph;
             self.add_refs(node, body.record.handles(|role| role == MemRole::Use));
             self.keep.get_mut().take_from(body.keep.get_mut());
         }
-        built.map(|()| node)
+        match built {
+            Ok(built) => built.map(|()| node),
+            Err(panic) => resume_unwind(panic),
+        }
     }
 }

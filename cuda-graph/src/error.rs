@@ -78,6 +78,15 @@ pub enum Error {
         /// The nodes of the captured graph.
         found: usize,
     },
+    /// A call of a capture that asks the driver for each call's node (on a
+    /// [`BorrowedStream`](crate::BorrowedStream)) captured work that uses graph allocations,
+    /// but its node could not be told: the driver's query failed, or the stream reported no
+    /// node (other code changed its dependencies). The node's uses cannot be recorded, so the
+    /// graph cannot be checked; [`Capture::end`](crate::Capture::end) destroys it.
+    CaptureNodeUnknown {
+        /// The operation.
+        call: &'static str,
+    },
     /// CUDA was called from a host node's function, where CUDA must not be called.
     InHostFunction {
         /// The operation.
@@ -198,6 +207,10 @@ impl fmt::Display for Error {
             Error::InHostFunction { call } => write!(
                 f,
                 "{call}: called from a host node's function, where CUDA must not be called"
+            ),
+            Error::CaptureNodeUnknown { call } => write!(
+                f,
+                "{call}: a captured call that uses graph allocations could not tell its node (the driver's query failed, or the stream reported none), so its uses cannot be checked; the captured graph is destroyed"
             ),
             Error::CaptureNotMatched {
                 call,
@@ -556,6 +569,9 @@ mod display_tests {
                 captured: 3,
                 found: 4,
             },
+            Error::CaptureNodeUnknown {
+                call: "Capture::end",
+            },
             Error::UpdateRefused {
                 reason: UpdateRefusal::ParametersChanged,
                 node: Some(4),
@@ -593,6 +609,7 @@ mod display_tests {
                 | Error::NotInCapture { call }
                 | Error::InHostFunction { call }
                 | Error::CaptureNotMatched { call, .. }
+                | Error::CaptureNodeUnknown { call }
                 | Error::InDoubt { queued_by: call } => *call,
                 Error::UpdateRefused { .. } => "ExecGraph::update",
                 other => panic!("not a state error: {other:?}"),

@@ -122,7 +122,11 @@
 //! [`Function`]'s module of every kernel node, the memory of every [`DeviceAddress`] operand
 //! (memset, memcpy, kernel arguments passed with [`KernelArgs::ptr`]), the memory of every
 //! [`PinnedBuffer`] a memcpy node copies to or from, host closures, events, and child graphs'
-//! lists; [`Capture`] keeps the same for captured calls. The allocations of its alloc nodes are
+//! lists; [`Capture`] keeps the same for captured calls. A conditional node's bodies are built
+//! in a closure that sees them as [`Body`] values, which cannot leave it
+//! (`tests/compile-fail/conditional_body_cannot_leave_its_closure`), and what they use is
+//! recorded on the node and kept by the graph on every way out of the closure, a panic included
+//! (`tests/attack_keep_stub.rs`: `panic_in_a_conditional_build_closure_drops_what_the_body_refers_to`). The allocations of its alloc nodes are
 //! held by its record, and by each [`ExecGraph`] when they outlive a launch (one freed in its own
 //! graph is never live after a launch: its handle guards no memory the GPU uses). Every [`ExecGraph`] made from the graph holds the list too, and marks its
 //! launches with an event; dropped, it destroys the executable graph (CUDA defers
@@ -284,7 +288,11 @@
 //! `other_code_in_a_capture_is_refused_on_owned_streams_and_read_on_borrowed_ones`). On a
 //! [`BorrowedStream`], and from the fork of one on, other code may add nodes: each call asks the
 //! driver for its node (`cuStreamGetCaptureInfo`), and the nodes and edges are read from the
-//! driver. What the crate relies on without checking every node: that `cuGraphGetNodes` lists a
+//! driver; a call that uses graph allocations but cannot tell its node (the query fails, or the
+//! stream reports none) makes [`Capture::end`] return [`Error::CaptureNodeUnknown`] and destroy
+//! the graph, whose record would lack the uses (`tests/attack_keep_stub.rs`:
+//! `captured_launch_whose_node_query_fails_keeps_its_use`,
+//! `captured_launch_without_a_reported_node_keeps_its_use`). What the crate relies on without checking every node: that `cuGraphGetNodes` lists a
 //! captured graph's nodes in the order captured (the test above compares both readings on the
 //! GPU), and that work queued through an owned stream's raw handle neither adds nor removes
 //! nodes nor changes dependencies without adding a node.
@@ -383,7 +391,7 @@ mod uses;
 pub use alloc::{Access, AllocParams, GraphAllocation};
 pub use bytes::Bytes;
 pub use capture::{Capture, CaptureMode, capture};
-pub use conditional::{Condition, ConditionalKind};
+pub use conditional::{Body, Condition, ConditionalKind};
 // `self::`: a bare `cudarc::` here would also name the cudarc crate.
 #[cfg(feature = "cudarc")]
 pub use self::cudarc::{CudarcSlice, Refused};
