@@ -291,8 +291,7 @@
 //! driver; a call that uses graph allocations but cannot tell its node (the query fails, or the
 //! stream reports none) makes [`Capture::end`] return [`Error::CaptureNodeUnknown`] and destroy
 //! the graph, whose record would lack the uses (`tests/attack_keep_stub.rs`:
-//! `captured_launch_whose_node_query_fails_keeps_its_use`,
-//! `captured_launch_without_a_reported_node_keeps_its_use`). What the crate relies on without checking every node: that `cuGraphGetNodes` lists a
+//! `captured_call_whose_node_is_lost_fails_the_capture`). What the crate relies on without checking every node: that `cuGraphGetNodes` lists a
 //! captured graph's nodes in the order captured (the test above compares both readings on the
 //! GPU), and that work queued through an owned stream's raw handle neither adds nor removes
 //! nodes nor changes dependencies without adding a node.

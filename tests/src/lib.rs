@@ -78,6 +78,66 @@ pub fn built_library(built: &str, error: &str) -> Result<std::path::PathBuf, Str
     }
 }
 
+/// The stub driver's source (`stub-driver/null_cuda.c`), for tests that build a variant of it.
+pub const STUB_DRIVER_SOURCE: &str = include_str!("../stub-driver/null_cuda.c");
+
+/// Builds a variant of the stub driver: `prefix`, the stub's source, then `extras`, compiled
+/// with `cc` (or `$CC`) into a shared library in `dir`, named `lib<name>_<hash of the source>.so`.
+/// Built once per content: a library already there is returned as it is. Written under a
+/// temporary name first, so that concurrent test processes never load half a file.
+pub fn build_stub_variant(
+    dir: &std::path::Path,
+    name: &str,
+    prefix: &str,
+    extras: &str,
+) -> Result<std::path::PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let source = format!("{prefix}\n{STUB_DRIVER_SOURCE}\n{extras}");
+    let hash = source.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    });
+    let lib = dir.join(format!("lib{name}_{hash:016x}.so"));
+    if lib.is_file() {
+        return Ok(lib);
+    }
+    let src = dir.join(format!("{name}_{}.c", std::process::id()));
+    std::fs::write(&src, source).map_err(|e| e.to_string())?;
+    let tmp = dir.join(format!("lib{name}.{}.so", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = std::process::Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&tmp)
+        .arg(&src)
+        .arg("-lpthread")
+        .output()
+        .map_err(|e| format!("{cc}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cc} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    std::fs::rename(&tmp, &lib).map_err(|e| e.to_string())?;
+    Ok(lib)
+}
+
+/// Loads the stub driver variant at `path` (once per process, before the first driver call:
+/// `CUDA_GRAPH_LIBCUDA`), and returns its device 0, the test kernels' module and its
+/// `fill_u32(p, n, v)`. For tests that run each case in a child process of its own.
+pub fn stub_variant_device(
+    path: &std::path::Path,
+) -> (cuda_graph::Device, cuda_graph::Module, cuda_graph::Function) {
+    static USE_STUB: std::sync::Once = std::sync::Once::new();
+    USE_STUB.call_once(|| {
+        // SAFETY: set once, before this process's first driver call.
+        unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", path) };
+    });
+    let device = cuda_graph::Device::get(0).expect("device 0 of the stub");
+    let module = cuda_graph::Module::from_ptx(&device, cuda_graph::kernels::PTX).expect("module");
+    let fill = module.function("fill_u32").expect("fill_u32");
+    (device, module, fill)
+}
+
 /// Runs the test `name` of the current test binary again, alone, in a child process, with
 /// `child_var` set to `name` (so that the child runs the test's body) and `env` set; kills it
 /// after `limit`. Returns its exit status (`None`: killed at the limit) and its output (stdout,

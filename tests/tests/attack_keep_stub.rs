@@ -14,13 +14,12 @@
 
 use std::ffi::{CString, c_int, c_void};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use cuda_graph::{
     AllocParams, AsStream, BorrowedStream, CaptureMode, ConditionalKind, Device, DeviceBuffer,
-    ExecGraph, Function, Graph, GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig,
+    Error, ExecGraph, Function, Graph, GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig,
     Module, Stream, capture, flush_deferred,
 };
 
@@ -139,37 +138,7 @@ fn stub_path() -> Result<PathBuf, String> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PATH.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("attack-keep-stub");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let source = format!(
-            "{PREFIX}\n{}\n{EXTRAS}",
-            include_str!("../stub-driver/null_cuda.c")
-        );
-        let hash = source.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-        });
-        let lib = dir.join(format!("libnull_keep_{hash:016x}.so"));
-        if lib.is_file() {
-            return Ok(lib);
-        }
-        let src = dir.join(format!("null_keep_{}.c", std::process::id()));
-        std::fs::write(&src, source).map_err(|e| e.to_string())?;
-        let tmp = dir.join(format!("libnull_keep.{}.so", std::process::id()));
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let out = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .arg("-lpthread")
-            .output()
-            .map_err(|e| format!("{cc}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{cc} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        std::fs::rename(&tmp, &lib).map_err(|e| e.to_string())?;
-        Ok(lib)
+        cuda_graph_tests::build_stub_variant(&dir, "null_keep", PREFIX, EXTRAS)
     })
     .clone()
 }
@@ -298,16 +267,7 @@ fn assert_not_freed(ptr: u64, what: &str) {
 
 /// The device of the stub, a module and its `fill_u32(p, n, v)`.
 fn stub() -> (Device, Module, Function) {
-    static USE_STUB: std::sync::Once = std::sync::Once::new();
-    USE_STUB.call_once(|| {
-        let path = stub_path().expect("the stub was built");
-        // SAFETY: set once, before this process's first driver call.
-        unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", &path) };
-    });
-    let device = Device::get(0).expect("device 0 of the stub");
-    let module = Module::from_ptx(&device, cuda_graph::kernels::PTX).expect("module");
-    let fill = module.function("fill_u32").expect("fill_u32");
-    (device, module, fill)
+    cuda_graph_tests::stub_variant_device(&stub_path().expect("the stub was built"))
 }
 
 fn config() -> LaunchConfig {
@@ -673,124 +633,56 @@ fn panic_in_a_conditional_build_closure_drops_what_the_body_refers_to() {
     );
 }
 
-/// On a borrowed stream each captured call asks the driver for its node. When that fails after
-/// the kernel was captured, `Capture::launch` returns the error without recording the node's
-/// use; a caller that goes on gets a graph whose record does not name the allocation its
-/// kernel uses: its launch is not refused for an allocation that is not live, and (since keep
-/// lists no longer hold graph allocations) nothing holds the allocation for it. The capture
-/// must record the use before asking (a node whose handle is unknown), or fail its `end`.
-#[test]
-fn captured_launch_whose_node_query_fails_keeps_its_use() {
-    isolated(
-        "captured_launch_whose_node_query_fails_keeps_its_use",
-        || {
-            let (device, _module, fill) = stub();
-            let stream = Stream::new(&device).unwrap();
-            // Never launched: not live.
-            let mut owner = Graph::new(&device).unwrap();
-            let (_, a) = owner
-                .add_mem_alloc_node(&[], &AllocParams::new(&device, BYTES))
-                .unwrap();
-            let per_thread = BorrowedStream::per_thread(&device);
-            let args = KernelArgs::new().ptr(&a).value(N).value(1u32);
-            let captured = capture(&per_thread, CaptureMode::Global, |cap| {
-                fault_after_next_launch(1);
-                // SAFETY: as in `filling`.
-                let launched = unsafe { cap.launch(&fill, config(), &args) };
-                assert!(launched.is_err(), "the fault hit the launch's node query");
-                Ok(())
-            });
-            let Ok((graph, ())) = captured else {
-                return; // refused at the end: nothing runs
-            };
-            assert!(
-                graph.record().key_of(&a).is_some(),
-                "the captured graph's kernel uses the allocation, and its record does not name it"
-            );
-            let exec = graph.instantiate(InstantiateFlags::NONE);
-            let launched = exec.and_then(|exec| exec.launch(&stream));
-            assert!(
-                launched.is_err(),
-                "launched with an allocation that is not live"
-            );
-        },
-    );
+/// On a borrowed stream each captured call asks the driver for its node. A captured kernel of
+/// the per-thread stream uses the allocation `a`, and the query after it is faulted (1: it
+/// fails, and the caller goes on; 2: the stream reports no node, as when other code changed
+/// its dependencies). Returns how the capture ended.
+fn capture_with_lost_node(
+    fill: &Function,
+    a: &GraphAllocation,
+    fault: c_int,
+) -> cuda_graph::Result<(Graph, ())> {
+    let per_thread = BorrowedStream::per_thread(a.device());
+    let args = KernelArgs::new().ptr(a).value(N).value(1u32);
+    capture(&per_thread, CaptureMode::Global, |cap| {
+        fault_after_next_launch(fault);
+        // SAFETY: as in `filling`.
+        let launched = unsafe { cap.launch(fill, config(), &args) };
+        assert_eq!(
+            launched.is_err(),
+            fault == 1,
+            "the fault hit the launch's node query"
+        );
+        Ok(())
+    })
 }
 
-/// As above, the driver reporting no node for the call (other code changed the borrowed
-/// stream's dependencies meanwhile): the use is recorded on a node without a handle, and the
-/// read-back drops it (`read_by_handle` keeps only such nodes' allocations and frees). It must
-/// keep their uses too (on the graph's record, where `Roles` finds them), or fail.
+/// The graph of such a capture would lack the kernel's use of `a` in its record: its launch
+/// would be neither refused for an allocation that is not live nor ordered after the launch
+/// that made it live, and nothing would hold `a` for it (keep lists do not hold graph
+/// allocations), so a live `a` could be freed under the launch. The capture's end refuses it.
 #[test]
-fn captured_launch_without_a_reported_node_keeps_its_use() {
-    isolated(
-        "captured_launch_without_a_reported_node_keeps_its_use",
-        || {
-            let (device, _module, fill) = stub();
-            let stream = Stream::new(&device).unwrap();
-            let mut owner = Graph::new(&device).unwrap();
-            let (_, a) = owner
-                .add_mem_alloc_node(&[], &AllocParams::new(&device, BYTES))
-                .unwrap();
-            let per_thread = BorrowedStream::per_thread(&device);
-            let args = KernelArgs::new().ptr(&a).value(N).value(1u32);
-            let captured = capture(&per_thread, CaptureMode::Global, |cap| {
-                fault_after_next_launch(2);
-                // SAFETY: as in `filling`.
-                unsafe { cap.launch(&fill, config(), &args) }
-            });
-            let Ok((graph, ())) = captured else {
-                return; // refused: nothing runs
-            };
+fn captured_call_whose_node_is_lost_fails_the_capture() {
+    isolated("captured_call_whose_node_is_lost_fails_the_capture", || {
+        let (device, _module, fill) = stub();
+        let stream = Stream::new(&device).unwrap();
+        // Live: allocated by a launch, never freed.
+        let (_owner, _owner_exec, a) = launched_owner(&device, &stream);
+        for (fault, what) in [(1, "the node query failed"), (2, "no node was reported")] {
+            let ended = capture_with_lost_node(&fill, &a, fault);
             assert!(
-                graph.record().key_of(&a).is_some(),
-                "the captured graph's kernel uses the allocation, and its record does not name it"
+                matches!(
+                    ended,
+                    Err(Error::CaptureNodeUnknown {
+                        call: "Capture::end"
+                    })
+                ),
+                "{what}: the capture ended with {:?}",
+                ended.map(|_| ())
             );
-            let exec = graph.instantiate(InstantiateFlags::NONE);
-            let launched = exec.and_then(|exec| exec.launch(&stream));
-            assert!(
-                launched.is_err(),
-                "launched with an allocation that is not live"
-            );
-        },
-    );
-}
-
-/// What the two tests above cost since keep lists stopped holding graph allocations: a live
-/// allocation whose captured use the record lost (the node query failed) was held by the
-/// capture's list until the executable graph's last launch was done; now nothing holds it for
-/// that launch, and its last handle frees it at once, ordered only after the launches the crate
-/// tracked, while the captured kernel may still run.
-#[test]
-fn live_allocation_whose_captured_use_was_lost_is_not_freed_under_the_launch() {
-    isolated(
-        "live_allocation_whose_captured_use_was_lost_is_not_freed_under_the_launch",
-        || {
-            let (device, _module, fill) = stub();
-            let (s1, s2) = (Stream::new(&device).unwrap(), Stream::new(&device).unwrap());
-            let (owner, owner_exec, a) = launched_owner(&device, &s1);
-            let per_thread = BorrowedStream::per_thread(&device);
-            let args = KernelArgs::new().ptr(&a).value(N).value(1u32);
-            let captured = capture(&per_thread, CaptureMode::Global, |cap| {
-                fault_after_next_launch(1);
-                // SAFETY: as in `filling`.
-                let launched = unsafe { cap.launch(&fill, config(), &args) };
-                assert!(launched.is_err(), "the fault hit the launch's node query");
-                Ok(())
-            });
-            let Ok((graph, ())) = captured else {
-                return; // refused at the end: nothing runs
-            };
-            let (exec, _) = launch(&graph, &s2);
-            let ptr = a.ptr();
-            drop(args);
-            drop((graph, owner, a, owner_exec));
-            flush_deferred();
-            assert_not_freed(
-                ptr,
-                "while the executable graph whose captured kernel uses it exists",
-            );
-            drop(exec);
-        },
-    );
+        }
+        // Control: without a fault the capture ends, and its record names the allocation.
+        let (graph, ()) = capture_with_lost_node(&fill, &a, 0).unwrap();
+        assert!(graph.record().key_of(&a).is_some());
+    });
 }

@@ -18,7 +18,6 @@
 
 use std::ffi::{CString, c_int};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -110,37 +109,7 @@ fn stub_path() -> Result<PathBuf, String> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PATH.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("attack-stub");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let source = format!(
-            "{PREFIX}\n{}\n{EXTRAS}",
-            include_str!("../stub-driver/null_cuda.c")
-        );
-        let hash = source.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-        });
-        let lib = dir.join(format!("libnull_attack_{hash:016x}.so"));
-        if lib.is_file() {
-            return Ok(lib);
-        }
-        let src = dir.join(format!("null_attack_{}.c", std::process::id()));
-        std::fs::write(&src, source).map_err(|e| e.to_string())?;
-        let tmp = dir.join(format!("libnull_attack.{}.so", std::process::id()));
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let out = Command::new(&cc)
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .arg("-lpthread")
-            .output()
-            .map_err(|e| format!("{cc}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{cc} failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        std::fs::rename(&tmp, &lib).map_err(|e| e.to_string())?;
-        Ok(lib)
+        cuda_graph_tests::build_stub_variant(&dir, "null_attack", PREFIX, EXTRAS)
     })
     .clone()
 }
@@ -179,16 +148,7 @@ fn unloads() -> c_int {
 
 /// The device of the stub, a module and its `fill_u32(p, n, v)`.
 fn stub() -> (Device, Module, Function) {
-    static USE_STUB: std::sync::Once = std::sync::Once::new();
-    USE_STUB.call_once(|| {
-        let path = stub_path().expect("the stub was built");
-        // SAFETY: set once, before this process's first driver call.
-        unsafe { std::env::set_var("CUDA_GRAPH_LIBCUDA", &path) };
-    });
-    let device = Device::get(0).expect("device 0 of the stub");
-    let module = Module::from_ptx(&device, cuda_graph::kernels::PTX).expect("module");
-    let fill = module.function("fill_u32").expect("fill_u32");
-    (device, module, fill)
+    cuda_graph_tests::stub_variant_device(&stub_path().expect("the stub was built"))
 }
 
 fn config() -> LaunchConfig {
