@@ -209,6 +209,13 @@ unsafe impl Sync for AllocInner {}
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// How many live allocations have a free node registered by more than their first freeing
+/// graph (`more_free_count` above 0). While there are none, no graph that frees an allocation
+/// shares it with another (a graph with a free node for an allocation is registered from the
+/// node's addition until its drop), and the lifetime check reads no allocation's registry.
+/// Changed under the allocation's `more_free_graphs` lock, so each allocation counts once.
+static SHARED_FREES: AtomicUsize = AtomicUsize::new(0);
+
 impl GraphAllocation {
     pub(crate) fn new(
         ptr: sys::CUdeviceptr,
@@ -296,8 +303,19 @@ impl GraphAllocation {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// Whether a graph other than `graph` has a free node for it.
+    /// Whether a graph other than `graph`, which has a free node for it, has one too.
+    #[inline]
     pub(crate) fn freed_by_another_graph(&self, graph: u64) -> bool {
+        if SHARED_FREES.load(Ordering::SeqCst) == 0 {
+            // `graph` is registered, and alone: the first (a second would be counted).
+            debug_assert_eq!(self.inner.free_graph.load(Ordering::Acquire), graph);
+            return false;
+        }
+        self.registry_names_another(graph)
+    }
+
+    /// [`freed_by_another_graph`](GraphAllocation::freed_by_another_graph) from the registry.
+    fn registry_names_another(&self, graph: u64) -> bool {
         let first = self.inner.free_graph.load(Ordering::Acquire);
         if first != 0 && first != graph {
             return true;
@@ -320,18 +338,29 @@ impl GraphAllocation {
             if !more.contains(&graph) {
                 more.push(graph);
             }
-            self.inner
-                .more_free_count
-                .store(more.len(), Ordering::Release);
+            self.set_more_free_count(more.len());
         } else {
             let _ = first.compare_exchange(graph, 0, Ordering::AcqRel, Ordering::Acquire);
             if self.inner.more_free_count.load(Ordering::Acquire) > 0 {
                 let mut more = self.more_free_graphs();
                 more.retain(|&g| g != graph);
-                self.inner
-                    .more_free_count
-                    .store(more.len(), Ordering::Release);
+                self.set_more_free_count(more.len());
             }
+        }
+    }
+
+    /// Sets `more_free_count` (the caller holds the `more_free_graphs` lock), and counts the
+    /// allocation in [`SHARED_FREES`] while it is above 0.
+    fn set_more_free_count(&self, count: usize) {
+        let before = self.inner.more_free_count.swap(count, Ordering::AcqRel);
+        match (before, count) {
+            (0, 1..) => {
+                SHARED_FREES.fetch_add(1, Ordering::SeqCst);
+            }
+            (1.., 0) => {
+                SHARED_FREES.fetch_sub(1, Ordering::SeqCst);
+            }
+            _ => {}
         }
     }
 
@@ -567,6 +596,9 @@ impl LiveState {
 
 impl Drop for AllocInner {
     fn drop(&mut self) {
+        if *self.more_free_count.get_mut() > 0 {
+            SHARED_FREES.fetch_sub(1, Ordering::SeqCst);
+        }
         let Some(cold) = self.cold.take() else {
             return;
         };

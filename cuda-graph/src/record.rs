@@ -334,14 +334,16 @@ impl Record {
     }
 
     /// Whether another graph frees the allocation of `key` too: set by hand, or for a graph's
-    /// record, a free node of another graph that exists now.
+    /// record that frees it, a free node of another graph that exists now (`false` for an
+    /// allocation the graph does not free: only a second free breaks a rule).
     #[must_use]
     pub fn is_freed_elsewhere(&self, key: AllocKey) -> bool {
         self.allocations.get(key.0).is_some_and(|e| {
             e.freed_elsewhere
-                || e.handle
-                    .as_ref()
-                    .is_some_and(|a| a.freed_by_another_graph(self.graph))
+                || (e.roles & FREES != 0)
+                    && e.handle
+                        .as_ref()
+                        .is_some_and(|a| a.freed_by_another_graph(self.graph))
         })
     }
 

@@ -188,6 +188,14 @@ fn freeing_in_two_graphs_is_refused_until_one_is_dropped() {
     assert_eq!(rules(second.check()), vec![Rule::FreedByTwoGraphs]);
     drop(first);
     second.check().unwrap();
+    // A third graph takes the place the first left in the allocation's registry of freeing
+    // graphs, beside the second: both are refused again, and the last one left passes.
+    let mut third = Graph::new(&device).unwrap();
+    third.add_mem_free_node(&[], &buf).unwrap();
+    assert_eq!(rules(second.check()), vec![Rule::FreedByTwoGraphs]);
+    assert_eq!(rules(third.check()), vec![Rule::FreedByTwoGraphs]);
+    drop(second);
+    third.check().unwrap();
     // The owner, which does not free it, instantiates (its allocation stays live after a launch).
     owner.instantiate(InstantiateFlags::NONE).unwrap();
 }
