@@ -240,11 +240,12 @@ impl Body {
         self.graph.add_child_graph_node(deps, child)
     }
 
-    /// As [`Graph::add_child_graph_node_moved`].
+    /// As [`Graph::add_child_graph_node_moved`] (CUDA 12.9 headers and newer).
     ///
     /// # Errors
     ///
     /// As [`Graph::add_child_graph_node_moved`]'s.
+    #[cfg(cuda_graph_child_move)]
     pub fn add_child_graph_node_moved(&mut self, deps: &[Node], child: Graph) -> Result<Node> {
         self.graph.add_child_graph_node_moved(deps, child)
     }
