@@ -327,11 +327,13 @@ impl Graph {
         })
     }
 
-    /// Adds a conditional node after `deps`, and builds its bodies: `build` receives the body
-    /// graphs (one for [`If`](ConditionalKind::If) and [`While`](ConditionalKind::While), two
-    /// for [`IfElse`](ConditionalKind::IfElse), `n` for a switch) and adds their nodes. The node
-    /// owns the bodies; what their nodes refer to is kept by this graph, and the graph
-    /// allocations they use count as used by the conditional node (see the module docs).
+    /// Adds a conditional node after `deps`, and builds its bodies: `build` receives them as
+    /// [`Body`] values (one for [`If`](ConditionalKind::If) and
+    /// [`While`](ConditionalKind::While), two for [`IfElse`](ConditionalKind::IfElse), `n` for a
+    /// switch), which cannot leave it, and adds their nodes. The node owns the bodies; what their
+    /// nodes refer to is kept by this graph, and the graph allocations they use count as used by
+    /// the conditional node (see the module docs), whichever way `build` ends: a panic in it goes
+    /// on after they are recorded.
     ///
     /// ```no_run
     /// # use cuda_graph::*;
