@@ -362,7 +362,8 @@ impl Graph {
     /// errors; [`Error::Driver`] naming `cuGraphAddNode` when the driver refuses the node (a
     /// kind it does not support, for one). The error of `build`: the node then stays in the
     /// graph with what `build` added to its bodies, and the bodies' uses are recorded all the
-    /// same. In a body, memory nodes are refused ([`Error::InvalidArgument`] naming their call).
+    /// same. A [`Body`] offers no memory nodes; a child graph with memory nodes moved into one
+    /// is refused ([`Error::InvalidArgument`] naming `cuGraphAddNode`).
     pub fn add_conditional_node(
         &mut self,
         deps: &[Node],
