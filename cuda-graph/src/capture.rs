@@ -606,6 +606,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// Where the call just captured on `stream` goes in the record: its node, once each call
     /// asks the driver for it (null when the stream does not report one), else null, the
     /// stream noted; and, while the guard knows them, the positions it depends on.
+    #[inline]
     fn node_of(&self, stream: &impl AsStream) -> Result<Placed> {
         let raw = stream.as_raw_stream();
         if self.each_call.get() {
@@ -643,6 +644,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
 
     /// The call `placed` made the node at `position`: its stream's next operation depends on
     /// that node alone.
+    #[inline]
     fn placed(&self, placed: &Placed, position: usize) {
         if let Some(list) = self.heads.borrow_mut().as_mut() {
             if let Some((_, heads)) = list.get_mut(placed.slot) {
