@@ -1394,7 +1394,7 @@ pub(crate) unsafe fn graph_nodes_expecting(
     nodes: &mut Vec<sys::CUgraphNode>,
     expected: usize,
 ) -> Result<()> {
-    let room = expected + 1;
+    let room = expected.saturating_add(1);
     let fill = |at, n: &mut usize| {
         // SAFETY: `at` has room for `n` entries.
         driver!(unsafe { sys::cuGraphGetNodes(raw, at, n) })

@@ -121,6 +121,37 @@ pub fn build_stub_variant(
     Ok(lib)
 }
 
+/// Runs the test `name`'s `body` alone in a child process of this test binary (with
+/// `child_var` naming it), against a stub driver variant that `stub` built or could not build:
+/// fails when the body fails or runs past 60 s (a deadlock); without the stub, prints
+/// `SKIPPED` and returns, except where [`stub_required`] (then it fails).
+pub fn isolated_on_stub_variant(
+    name: &str,
+    child_var: &str,
+    stub: Result<std::path::PathBuf, String>,
+    body: fn(),
+) {
+    if std::env::var(child_var).as_deref() == Ok(name) {
+        body();
+        return;
+    }
+    if let Err(why) = stub {
+        assert!(
+            !stub_required(),
+            "{name}: the extended stub driver could not be built ({why})"
+        );
+        println!("SKIPPED {name}: the extended stub driver could not be built ({why})");
+        return;
+    }
+    let limit = std::time::Duration::from_secs(60);
+    let (status, text) = run_test_in_child(name, child_var, &[], limit);
+    match status {
+        None => panic!("{name}: no result after 60 s (deadlock)\n{text}"),
+        Some(s) if !s.success() => panic!("{name} failed:\n{text}"),
+        Some(_) => {}
+    }
+}
+
 /// Loads the stub driver variant at `path` (once per process, before the first driver call:
 /// `CUDA_GRAPH_LIBCUDA`), and returns its device 0, the test kernels' module and its
 /// `fill_u32(p, n, v)`. For tests that run each case in a child process of its own.

@@ -15,7 +15,6 @@
 use std::ffi::{CString, c_int, c_void};
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use cuda_graph::{
     AllocParams, AsStream, BorrowedStream, CaptureMode, ConditionalKind, Device, DeviceBuffer,
@@ -281,29 +280,7 @@ fn live() -> isize {
 /// Runs `body` in a child process of this test binary (the test `name`, with
 /// `ATTACK_KEEP_CHILD` naming it), failing when it fails or runs past 60 s (a deadlock).
 fn isolated(name: &str, body: fn()) {
-    if std::env::var("ATTACK_KEEP_CHILD").as_deref() == Ok(name) {
-        body();
-        return;
-    }
-    if let Err(why) = stub_path() {
-        assert!(
-            !cuda_graph_tests::stub_required(),
-            "{name}: the extended stub driver could not be built ({why})"
-        );
-        println!("SKIPPED {name}: the extended stub driver could not be built ({why})");
-        return;
-    }
-    let (status, text) = cuda_graph_tests::run_test_in_child(
-        name,
-        "ATTACK_KEEP_CHILD",
-        &[],
-        Duration::from_secs(60),
-    );
-    match status {
-        None => panic!("{name}: no result after 60 s (deadlock)\n{text}"),
-        Some(s) if !s.success() => panic!("{name} failed:\n{text}"),
-        Some(_) => {}
-    }
+    cuda_graph_tests::isolated_on_stub_variant(name, "ATTACK_KEEP_CHILD", stub_path(), body);
 }
 
 /// A graph that allocates an allocation it does not free (G.3.3), instantiated and launched

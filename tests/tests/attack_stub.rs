@@ -177,25 +177,7 @@ fn sentinel_closure(sentinel: &Arc<()>) -> impl Fn() + Send + Sync + 'static {
 /// Runs `body` in a child process of this test binary (the test `name`, with `ATTACK_CHILD`
 /// naming it), failing when it fails or runs past 60 s (a deadlock).
 fn isolated(name: &str, body: fn()) {
-    if std::env::var("ATTACK_CHILD").as_deref() == Ok(name) {
-        body();
-        return;
-    }
-    if let Err(why) = stub_path() {
-        assert!(
-            !cuda_graph_tests::stub_required(),
-            "{name}: the extended stub driver could not be built ({why})"
-        );
-        println!("SKIPPED {name}: the extended stub driver could not be built ({why})");
-        return;
-    }
-    let (status, text) =
-        cuda_graph_tests::run_test_in_child(name, "ATTACK_CHILD", &[], Duration::from_secs(60));
-    match status {
-        None => panic!("{name}: no result after 60 s (deadlock)\n{text}"),
-        Some(s) if !s.success() => panic!("{name} failed:\n{text}"),
-        Some(_) => {}
-    }
+    cuda_graph_tests::isolated_on_stub_variant(name, "ATTACK_CHILD", stub_path(), body);
 }
 
 /// Finding 1. A moved child graph is never checked, and in the parent's record it is one node
