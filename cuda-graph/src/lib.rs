@@ -126,7 +126,8 @@
 //! in a closure that sees them as [`Body`] values, which cannot leave it
 //! (`tests/compile-fail/conditional_body_cannot_leave_its_closure`), and what they use is
 //! recorded on the node and kept by the graph on every way out of the closure, a panic included
-//! (`tests/attack_keep_stub.rs`: `panic_in_a_conditional_build_closure_drops_what_the_body_refers_to`). The allocations of its alloc nodes are
+//! (`tests/attack_keep_stub.rs`: `panic_in_a_conditional_build_closure_drops_what_the_body_refers_to`;
+//! `tests/safe_conditional.rs`: `a_body_whose_build_panicked_keeps_what_it_refers_to`). The allocations of its alloc nodes are
 //! held by its record, and by each [`ExecGraph`] when they outlive a launch (one freed in its own
 //! graph is never live after a launch: its handle guards no memory the GPU uses). Every [`ExecGraph`] made from the graph holds the list too, and marks its
 //! launches with an event; dropped, it destroys the executable graph (CUDA defers
