@@ -465,11 +465,24 @@ impl Graph {
             bytesize: params.bytes,
             dptr: 0,
         };
-        self.device.bind()?;
-        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
+        // The node's pool names its device (`poolProps.location`), so any current context
+        // will do: this device's is made current only when the call fails (no context current,
+        // say), and the call made again; a failed call added no node.
+        self.device.refuse_host_function(CALL)?;
+        let mut add = |node: *mut sys::CUgraphNode,
+                       graph: sys::CUgraph,
+                       deps: *const sys::CUgraphNode,
+                       count: usize| {
             // SAFETY: `add_raw`'s pointers are valid for the call; `descs` outlives it.
             unsafe { sys::cuGraphAddMemAllocNode(node, graph, deps, count, &mut node_params) }
-        })?;
+        };
+        let (raw, indices) = match self.add_raw(CALL, deps, &mut add) {
+            Err(Error::Driver(_)) => {
+                self.device.bind()?;
+                self.add_raw(CALL, deps, &mut add)?
+            }
+            added => added?,
+        };
         let allocation = GraphAllocation::new(
             node_params.dptr,
             params.bytes,

@@ -33,6 +33,11 @@ impl Entry {
     };
 }
 
+/// The most nodes, and allocations, of a record whose check needs no buffers but the stack's
+/// (small graphs, whose instantiation the check's fixed cost weighs on most).
+const SMALL_NODES: usize = 16;
+const SMALL_ALLOCATIONS: usize = 8;
+
 thread_local! {
     /// The buffers of the check before on this thread, for the next one: instantiating one
     /// graph after another then allocates nothing here.
@@ -41,23 +46,27 @@ thread_local! {
 
 /// Whether `record` has the fast check's shape and breaks no rule.
 pub(super) fn verify(record: &Record) -> bool {
+    let (n, count) = (record.nodes().len(), record.allocation_count());
+    if n <= SMALL_NODES && count <= SMALL_ALLOCATIONS {
+        let mut ancestors = [0u64; SMALL_NODES];
+        let mut entries = [Entry::UNSEEN; SMALL_ALLOCATIONS];
+        return verify_in(record, &mut ancestors[..n], &mut entries[..count]);
+    }
     let (mut ancestors, mut entries) = SCRATCH.try_with(Cell::take).unwrap_or_default();
-    let confirmed = verify_with(record, &mut ancestors, &mut entries);
+    ancestors.clear();
+    ancestors.resize(n, 0);
+    entries.clear();
+    entries.resize(count, Entry::UNSEEN);
+    let confirmed = verify_in(record, &mut ancestors, &mut entries);
     let _ = SCRATCH.try_with(|scratch| scratch.set((ancestors, entries)));
     confirmed
 }
 
-/// [`verify`], in the buffers `ancestors` and `entries`.
-fn verify_with(record: &Record, ancestors: &mut Vec<u64>, entries: &mut Vec<Entry>) -> bool {
-    let nodes = record.nodes();
-    let n = nodes.len();
+/// [`verify`], with `ancestors` one zeroed set per node and `entries` one unseen entry per
+/// allocation key.
+fn verify_in(record: &Record, ancestors: &mut [u64], entries: &mut [Entry]) -> bool {
     // ancestors[i], bit b: node i - 1 - b is an ancestor of node i.
-    ancestors.clear();
-    ancestors.resize(n, 0);
-    // By key: the record gives every allocation its key.
-    entries.clear();
-    entries.resize(record.allocation_count(), Entry::UNSEEN);
-    for (i, node) in nodes.iter().enumerate() {
+    for (i, node) in record.nodes().iter().enumerate() {
         let mut set = 0u64;
         for &d in node.deps() {
             let d = d as usize;
