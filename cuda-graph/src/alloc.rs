@@ -325,28 +325,43 @@ impl GraphAllocation {
     }
 
     /// Graph `graph` has (`true`) or no longer has (`false`) a free node for it.
+    #[inline]
     pub(crate) fn register_free(&self, graph: u64, present: bool) {
         let first = &self.inner.free_graph;
         if present {
             // The common case: the first graph to free it, or the same one again.
             match first.compare_exchange(0, graph, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return,
-                Err(current) if current == graph => return,
-                Err(_) => {}
+                Ok(_) => {}
+                Err(current) if current == graph => {}
+                Err(_) => self.register_more_free(graph),
             }
-            let mut more = self.more_free_graphs();
-            if !more.contains(&graph) {
-                more.push(graph);
-            }
-            self.set_more_free_count(more.len());
         } else {
             let _ = first.compare_exchange(graph, 0, Ordering::AcqRel, Ordering::Acquire);
             if self.inner.more_free_count.load(Ordering::Acquire) > 0 {
-                let mut more = self.more_free_graphs();
-                more.retain(|&g| g != graph);
-                self.set_more_free_count(more.len());
+                self.unregister_more_free(graph);
             }
         }
+    }
+
+    /// [`register_free`](GraphAllocation::register_free) of a second graph freeing it.
+    #[cold]
+    #[inline(never)]
+    fn register_more_free(&self, graph: u64) {
+        let mut more = self.more_free_graphs();
+        if !more.contains(&graph) {
+            more.push(graph);
+        }
+        self.set_more_free_count(more.len());
+    }
+
+    /// [`register_free`](GraphAllocation::register_free) of a graph that no longer frees it,
+    /// while a second graph does or did.
+    #[cold]
+    #[inline(never)]
+    fn unregister_more_free(&self, graph: u64) {
+        let mut more = self.more_free_graphs();
+        more.retain(|&g| g != graph);
+        self.set_more_free_count(more.len());
     }
 
     /// Sets `more_free_count` (the caller holds the `more_free_graphs` lock), and counts the

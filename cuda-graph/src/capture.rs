@@ -263,10 +263,9 @@ impl<'s, S: AsStream> Capture<'s, S> {
         check(f(&mut ptr), call)?;
         // Held by the record, as an alloc node's allocation is (`Graph::add_mem_alloc_node`).
         let allocation = GraphAllocation::new(ptr, bytes, self.device(), self.id, None);
-        let at = self.node_of(self.stream)?;
-        let position =
-            (self.record.borrow_mut()).push_alloc(at.node, at.deps.clone(), allocation.clone());
-        self.placed(&at, position);
+        let Placed { node, slot, deps } = self.node_of(self.stream)?;
+        let position = (self.record.borrow_mut()).push_alloc(node, deps, allocation.clone());
+        self.placed(slot, position);
         Ok(allocation)
     }
 
@@ -607,7 +606,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// Where the call just captured on `stream` goes in the record: its node, once each call
     /// asks the driver for it (null when the stream does not report one), else null, the
     /// stream noted; and, while the guard knows them, the positions it depends on.
-    #[inline]
+    #[inline(always)]
     fn node_of(&self, stream: &impl AsStream) -> Result<Placed> {
         let raw = stream.as_raw_stream();
         if self.each_call.get() {
@@ -643,12 +642,12 @@ impl<'s, S: AsStream> Capture<'s, S> {
         })
     }
 
-    /// The call `placed` made the node at `position`: its stream's next operation depends on
-    /// that node alone.
+    /// The call placed at `slot` of the dependency heads (see [`Placed`]) made the node at
+    /// `position`: its stream's next operation depends on that node alone.
     #[inline]
-    fn placed(&self, placed: &Placed, position: usize) {
+    fn placed(&self, slot: usize, position: usize) {
         if let Some(list) = self.heads.borrow_mut().as_mut() {
-            if let Some((_, heads)) = list.get_mut(placed.slot) {
+            if let Some((_, heads)) = list.get_mut(slot) {
                 *heads = Few::One(position as u32);
             }
         }
@@ -663,7 +662,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
     ) {
         let mut record = self.record.borrow_mut();
         let mut allocations = allocations.into_iter();
-        let (node, deps) = (at.node, at.deps.clone());
+        let Placed { node, slot, deps } = at;
         let first = allocations.next();
         if first.is_some() && node.is_null() && self.each_call.get() && role == MemRole::Use {
             // A use on a node the stream did not report: the read-back matches only alloc and
@@ -682,7 +681,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
             }
         };
         drop(record);
-        self.placed(&at, position);
+        self.placed(slot, position);
     }
 
     /// From now on each call asks the driver for its node: other code may add nodes to the

@@ -501,7 +501,7 @@ impl Record {
     }
 
     /// Appends a node that has `role` for `allocation` alone; returns its position.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_ref(
         &mut self,
         raw: sys::CUgraphNode,

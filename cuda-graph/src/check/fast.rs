@@ -9,6 +9,7 @@
 use std::cell::Cell;
 
 use super::{AllocKey, Record};
+use crate::inline_list::Few;
 use crate::record::MemRole;
 
 /// The stretch of nodes, before a node, that its ancestor set covers.
@@ -67,22 +68,29 @@ pub(super) fn verify(record: &Record) -> bool {
 fn verify_in(record: &Record, ancestors: &mut [u64], entries: &mut [Entry]) -> bool {
     // ancestors[i], bit b: node i - 1 - b is an ancestor of node i.
     for (i, node) in record.nodes().iter().enumerate() {
-        let mut set = 0u64;
-        for &d in node.deps() {
-            let d = d as usize;
-            if d >= i {
-                return false;
+        // Most nodes have one dependency and one allocation: those are matched first.
+        let set = match &node.deps {
+            Few::One(d) => match reach(i, *d as usize, ancestors) {
+                Some(set) => set,
+                None => return false,
+            },
+            deps => {
+                let mut set = 0u64;
+                for &d in deps.iter() {
+                    match reach(i, d as usize, ancestors) {
+                        Some(s) => set |= s,
+                        None => return false,
+                    }
+                }
+                set
             }
-            let distance = i - d;
-            if distance <= W {
-                set |= 1 << (distance - 1);
-            }
-            if distance < W {
-                set |= ancestors[d] << distance;
-            }
-        }
+        };
         ancestors[i] = set;
-        for &(role, key) in node.refs() {
+        let named = match &node.refs {
+            Few::One(r) => std::slice::from_ref(r),
+            refs => refs.as_slice(),
+        };
+        for &(role, key) in named {
             let Some(e) = entries.get_mut(key.0) else {
                 return false;
             };
@@ -106,6 +114,23 @@ fn verify_in(record: &Record, ancestors: &mut [u64], entries: &mut [Entry]) -> b
         .enumerate()
         .filter(|(_, e)| e.first != usize::MAX)
         .all(|(k, e)| obeys(record, AllocKey(k), e, ancestors))
+}
+
+/// The ancestors node `i` has through its dependency `d` (`d` itself and, within the
+/// stretch, `d`'s ancestors), as bits counted back from `i`; `None` when `d` is not earlier.
+#[inline(always)]
+fn reach(i: usize, d: usize, ancestors: &[u64]) -> Option<u64> {
+    if d >= i {
+        return None;
+    }
+    let distance = i - d;
+    Some(if distance < W {
+        (ancestors[d] << 1 | 1) << (distance - 1)
+    } else if distance == W {
+        1 << (W - 1)
+    } else {
+        0
+    })
 }
 
 /// Rules 1 to 3 for one allocation.
