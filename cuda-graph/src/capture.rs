@@ -771,7 +771,14 @@ impl<'s, S: AsStream> Capture<'s, S> {
     /// `cuGraphGetNodes`, `cuGraphGetEdges`, `cuGraphNodeGetType`, `cuGraphMemAllocNodeGetParams`
     /// or `cuGraphMemFreeNodeGetParams` while the graph is read back. The capture is over either
     /// way, and the graph is destroyed on error.
+    #[inline]
     pub fn end(mut self) -> Result<Graph> {
+        // In place: the guard is not moved into the call that ends it.
+        self.end_in_place()
+    }
+
+    /// [`end`](Capture::end), leaving the emptied guard to be dropped.
+    fn end_in_place(&mut self) -> Result<Graph> {
         self.ended = true;
         // What the capturing stream depends on last, as the driver says, to confirm the
         // dependencies the guard noted (`read_in_order`).

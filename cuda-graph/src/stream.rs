@@ -496,8 +496,6 @@ pub(crate) fn raw_capture_status(raw: sys::CUstream) -> Result<CaptureStatus> {
 pub(crate) struct CaptureInfo {
     /// Whether the stream captures (`CU_STREAM_CAPTURE_STATUS_ACTIVE`).
     pub(crate) active: bool,
-    /// The driver's id of the capture.
-    pub(crate) id: u64,
     /// The graph the capture builds.
     pub(crate) graph: sys::CUgraph,
     /// The nodes the next operation captured on the stream will depend on.
@@ -507,16 +505,17 @@ pub(crate) struct CaptureInfo {
 /// The capture `stream` takes part in (`cuStreamGetCaptureInfo`).
 pub(crate) fn capture_info(stream: sys::CUstream) -> Result<CaptureInfo> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let (mut id, mut graph) = (0, std::ptr::null_mut());
+    let mut graph = std::ptr::null_mut();
     let mut deps: *const sys::CUgraphNode = std::ptr::null();
     let mut count = 0;
     check(
-        // SAFETY: out-pointers valid; the returned array is valid until the next capture call.
+        // SAFETY: out-pointers valid (the id's optional, and null); the returned array is valid
+        // until the next capture call.
         unsafe {
             sys::cuStreamGetCaptureInfo_v3(
                 stream,
                 &mut status,
-                &mut id,
+                std::ptr::null_mut(),
                 &mut graph,
                 &mut deps,
                 std::ptr::null_mut(),
@@ -536,7 +535,6 @@ pub(crate) fn capture_info(stream: sys::CUstream) -> Result<CaptureInfo> {
     };
     Ok(CaptureInfo {
         active: status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
-        id,
         graph,
         deps,
     })
@@ -544,8 +542,24 @@ pub(crate) fn capture_info(stream: sys::CUstream) -> Result<CaptureInfo> {
 
 /// The id of the capture `stream` takes part in, or `None`.
 pub(crate) fn capture_id(stream: sys::CUstream) -> Result<Option<u64>> {
-    let info = capture_info(stream)?;
-    Ok(info.active.then_some(info.id))
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0;
+    check(
+        // SAFETY: out-pointers valid; the others are optional, and null.
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                stream,
+                &mut status,
+                &mut id,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        },
+        "cuStreamGetCaptureInfo",
+    )?;
+    Ok((status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE).then_some(id))
 }
 
 /// The node the next captured operation on `stream` would depend on, which is the node the
