@@ -155,10 +155,16 @@ impl Graph {
     ///
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuGraphCreate`.
     pub fn new(device: &Device) -> Result<Graph> {
-        device.bind()?;
+        // A graph belongs to no context: the device's is made current only when the call fails
+        // (no context current, say), and the call made again.
+        device.refuse_host_function("Device::bind")?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; flags must be 0.
-        driver!(unsafe { sys::cuGraphCreate(&mut raw, 0) })?;
+        if driver!(unsafe { sys::cuGraphCreate(&mut raw, 0) }).is_err() {
+            device.bind()?;
+            // SAFETY: as above.
+            driver!(unsafe { sys::cuGraphCreate(&mut raw, 0) })?;
+        }
         Ok(Graph::wrap(raw, device, next_graph_id()))
     }
 

@@ -526,6 +526,9 @@ pub(crate) fn capture_info(stream: sys::CUstream) -> Result<CaptureInfo> {
     )?;
     let deps = if count == 0 || deps.is_null() {
         Few::Empty
+    } else if count == 1 {
+        // SAFETY: the driver's array holds one entry, read before any other capture call.
+        Few::One(unsafe { *deps })
     } else {
         // SAFETY: the driver's array holds `count` entries, read before any other capture call.
         unsafe { std::slice::from_raw_parts(deps, count) }
