@@ -11,6 +11,11 @@
 //   both      info + readback (what Capture::end does when every node was reported)
 //   nodes     bare + cuGraphGetNodes alone (count, then list) after the end
 //   edges     bare + cuGraphGetEdges alone (count, then lists) after the end
+//   guard     bare + the calls the safe capture on an owned stream makes: before the begin
+//             cuCtxGetCurrent and cuStreamIsCapturing, after it cuStreamGetCaptureInfo (the
+//             capture's id); cuCtxGetCurrent before each kernel launch; cuStreamGetCaptureInfo
+//             (the last dependencies) before the end, and after it one cuGraphGetNodes into a
+//             list with room for one node more than captured
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -79,25 +84,48 @@ static void readback(cudaGraph_t g, bool types) {
     }
 }
 
-enum Variant { BARE, INFO, READBACK, TYPES, BOTH, NODES, EDGES, VARIANTS };
-static const char *names[] = {"bare", "info", "readback", "types", "both", "nodes", "edges"};
+enum Variant { BARE, INFO, READBACK, TYPES, BOTH, NODES, EDGES, GUARD, VARIANTS };
+static const char *names[] = {"bare", "info", "readback", "types", "both", "nodes", "edges", "guard"};
+
+static void current() {
+    CUcontext c;
+    CK(cuCtxGetCurrent(&c));
+}
 
 static double cycle(cudaStream_t s, int k, Variant v) {
     const unsigned long long n = 65536;
     double t0 = now_ns();
+    bool guard = v == GUARD;
+    if (guard) {
+        current();
+        CUstreamCaptureStatus st;
+        CK(cuStreamIsCapturing((CUstream)s, &st));
+    }
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    if (guard) {
+        CUstreamCaptureStatus st;
+        cuuint64_t id;
+        CK(cuStreamGetCaptureInfo((CUstream)s, &st, &id, nullptr, nullptr, nullptr, nullptr));
+    }
     bool q = v == INFO || v == BOTH;
     for (int i = 0; i < k; i++) {
         unsigned *p;
         CK(cudaMallocAsync((void **)&p, n * 4, s));
         if (q) info(s);
+        if (guard) current();
         fill<<<256, 256, 0, s>>>(p, n, i);
         if (q) info(s);
         CK(cudaFreeAsync(p, s));
         if (q) info(s);
     }
+    if (guard) info(s);
     cudaGraph_t g;
     CK(cudaStreamEndCapture(s, &g));
+    if (guard) {
+        std::vector<CUgraphNode> nodes(3 * k + 1);
+        size_t room = nodes.size();
+        CK(cuGraphGetNodes((CUgraph)g, nodes.data(), &room));
+    }
     if (v == READBACK || v == BOTH) readback(g, false);
     if (v == TYPES) readback(g, true);
     if (v == NODES) nodes_only(g);
