@@ -272,20 +272,6 @@ impl Device {
         Ok(())
     }
 
-    /// Refuses `call` inside a host node's function, as [`bind`](Device::bind) does, without
-    /// asking the driver which context is current: for calls that need no particular one.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InHostFunction`] naming `call`.
-    #[inline]
-    pub(crate) fn refuse_host_function(&self, call: &'static str) -> Result<()> {
-        if deferred::in_host_function() {
-            return Err(Error::InHostFunction { call });
-        }
-        Ok(())
-    }
-
     /// The device's name (`cuDeviceGetName`).
     ///
     /// # Errors

@@ -155,16 +155,10 @@ impl Graph {
     ///
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuGraphCreate`.
     pub fn new(device: &Device) -> Result<Graph> {
-        // A graph belongs to no context: the device's is made current only when the call fails
-        // (no context current, say), and the call made again.
-        device.refuse_host_function("Device::bind")?;
+        device.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; flags must be 0.
-        if driver!(unsafe { sys::cuGraphCreate(&mut raw, 0) }).is_err() {
-            device.bind()?;
-            // SAFETY: as above.
-            driver!(unsafe { sys::cuGraphCreate(&mut raw, 0) })?;
-        }
+        driver!(unsafe { sys::cuGraphCreate(&mut raw, 0) })?;
         Ok(Graph::wrap(raw, device, next_graph_id()))
     }
 
@@ -471,24 +465,14 @@ impl Graph {
             bytesize: params.bytes,
             dptr: 0,
         };
-        // The node's pool names its device (`poolProps.location`), so any current context
-        // will do: this device's is made current only when the call fails (no context current,
-        // say), and the call made again; a failed call added no node.
-        self.device.refuse_host_function(CALL)?;
-        let mut add = |node: *mut sys::CUgraphNode,
-                       graph: sys::CUgraph,
-                       deps: *const sys::CUgraphNode,
-                       count: usize| {
+        // The device's context must be current: the driver accepts an alloc node added while
+        // none is (and gives it an address), but the process then crashes in a later node's
+        // call (H200, driver 580: `graph_built_where_no_context_is_current`).
+        self.device.bind()?;
+        let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
             // SAFETY: `add_raw`'s pointers are valid for the call; `descs` outlives it.
             unsafe { sys::cuGraphAddMemAllocNode(node, graph, deps, count, &mut node_params) }
-        };
-        let (raw, indices) = match self.add_raw(CALL, deps, &mut add) {
-            Err(Error::Driver(_)) => {
-                self.device.bind()?;
-                self.add_raw(CALL, deps, &mut add)?
-            }
-            added => added?,
-        };
+        })?;
         let allocation = GraphAllocation::new(
             node_params.dptr,
             params.bytes,
