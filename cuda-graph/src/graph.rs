@@ -465,9 +465,6 @@ impl Graph {
             bytesize: params.bytes,
             dptr: 0,
         };
-        // The device's context must be current: the driver accepts an alloc node added while
-        // none is (and gives it an address), but the process then crashes in a later node's
-        // call (H200, driver 580: `graph_built_where_no_context_is_current`).
         self.device.bind()?;
         let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
             // SAFETY: `add_raw`'s pointers are valid for the call; `descs` outlives it.
@@ -524,8 +521,8 @@ impl Graph {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] naming `cuGraphAddKernelNode` when a node of `deps` belongs to
-    /// another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddKernelNode` when the
-    /// driver refuses the node.
+    /// another graph or is listed twice; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuGraphAddKernelNode` when the driver refuses the node.
     ///
     /// # Safety
     ///
@@ -540,6 +537,10 @@ impl Graph {
         args: &KernelArgs<'_>,
     ) -> Result<Node> {
         const CALL: &str = "cuGraphAddKernelNode";
+        // The device's context must be current: where none was, the driver crashed adding a
+        // kernel node of a module loaded from PTX (H200, driver 580;
+        // `graph_built_where_no_context_is_current`).
+        self.device.bind()?;
         let (raw, indices) = args.with_pointers(|params| {
             let node_params = sys::CUDA_KERNEL_NODE_PARAMS {
                 func: function.as_raw(),
@@ -882,7 +883,8 @@ impl Graph {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] naming `cuGraphAddHostNode` when a node of `deps` belongs to
-    /// another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddHostNode`.
+    /// another graph or is listed twice; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuGraphAddHostNode`.
     pub fn add_host_node(
         &mut self,
         deps: &[Node],
@@ -903,6 +905,8 @@ impl Graph {
             fn_: Some(trampoline),
             userData: Arc::as_ptr(&callback) as *mut c_void,
         };
+        // As for a kernel node (`add_kernel_node`), the device's context is made current.
+        self.device.bind()?;
         let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
             // SAFETY: `add_raw`'s pointers are valid for the call; the callback data lives as
             // long as the graph and its executable graphs (`keep`).
@@ -917,7 +921,8 @@ impl Graph {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] naming `cuGraphAddEventRecordNode` when a node of `deps` belongs
-    /// to another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddEventRecordNode`.
+    /// to another graph or is listed twice; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuGraphAddEventRecordNode`.
     pub fn add_event_record_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
         self.add_event_node(deps, event, NodeKind::EventRecord)
     }
@@ -927,7 +932,8 @@ impl Graph {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] naming `cuGraphAddEventWaitNode` when a node of `deps` belongs to
-    /// another graph or is listed twice; [`Error::Driver`] naming `cuGraphAddEventWaitNode`.
+    /// another graph or is listed twice; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuGraphAddEventWaitNode`.
     pub fn add_event_wait_node(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
         self.add_event_node(deps, event, NodeKind::EventWait)
     }
@@ -945,6 +951,8 @@ impl Graph {
         } else {
             ("cuGraphAddEventWaitNode", sys::cuGraphAddEventWaitNode)
         };
+        // As for a kernel node (`add_kernel_node`), the device's context is made current.
+        self.device.bind()?;
         let (raw, indices) = self.add_raw(call, deps, |node, graph, deps, count| {
             // SAFETY: `add_raw`'s pointers are valid for the call; the event is kept alive with
             // the graph.
@@ -965,7 +973,8 @@ impl Graph {
     ///
     /// [`Error::InvalidArgument`] naming `cuGraphAddChildGraphNode`, before the driver is called,
     /// when `child` has memory nodes, and likewise when a node of `deps` belongs to another graph
-    /// or is listed twice; [`Error::Driver`] naming `cuGraphAddChildGraphNode`.
+    /// or is listed twice; [`Device::bind`]'s errors; [`Error::Driver`] naming
+    /// `cuGraphAddChildGraphNode`.
     pub fn add_child_graph_node(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
         const CALL: &str = "cuGraphAddChildGraphNode";
         if child.has_memory_nodes() {
@@ -974,6 +983,9 @@ impl Graph {
                 "the child graph has alloc or free nodes, which CUDA does not copy into a parent; move it in with add_child_graph_node_moved (CUDA 12.9+)",
             ));
         }
+        // As for a kernel node (`add_kernel_node`), the device's context is made current: the
+        // child's kernel nodes are cloned.
+        self.device.bind()?;
         let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
             // SAFETY: `add_raw`'s pointers are valid for the call; the driver clones the child
             // graph.
@@ -995,8 +1007,8 @@ impl Graph {
     ///
     /// [`Error::Lifetime`] when `child` breaks a rule of [`crate::check`] (checked here: the
     /// parent's record sees it as one node); [`Error::InvalidArgument`] naming `cuGraphAddNode`
-    /// when a node of `deps` belongs to another graph or is listed twice; [`Error::Driver`] naming
-    /// `cuGraphAddNode`. On error `child` is dropped.
+    /// when a node of `deps` belongs to another graph or is listed twice; [`Device::bind`]'s
+    /// errors; [`Error::Driver`] naming `cuGraphAddNode`. On error `child` is dropped.
     #[cfg(cuda_graph_child_move)]
     pub fn add_child_graph_node_moved(&mut self, deps: &[Node], mut child: Graph) -> Result<Node> {
         const CALL: &str = "cuGraphAddNode";
@@ -1014,6 +1026,8 @@ impl Graph {
             graph: child.raw,
             ownership: sys::CUgraphChildGraphNodeOwnership::CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE,
         };
+        // As for a kernel node (`add_kernel_node`), the device's context is made current.
+        self.device.bind()?;
         let (raw, indices) = self.add_raw(CALL, deps, |node, graph, deps, count| {
             // SAFETY: `add_raw`'s pointers are valid for the call (no edge data); on success
             // the parent owns the child's handle.

@@ -451,11 +451,13 @@ fn memset_nodes_of_each_element_size_and_in_two_dimensions() {
     graph.check().unwrap();
 }
 
-/// A graph built where no context is current (on this thread after `cuCtxSetCurrent(NULL)`,
-/// and on a new thread) is built, instantiated and launched, and writes what it should:
-/// `Graph::new` and `add_mem_alloc_node` make the device's context current first. The driver
-/// accepts an alloc node added while no context is current, but the process then crashed in a
-/// later node's call (H200, driver 580, with a library that bound only when a call failed).
+/// A graph built where no context is current is built, instantiated and launched, and writes
+/// what it should: on this thread with `cuCtxSetCurrent(NULL)` before every step, on a new
+/// thread, and made on this thread but given its kernel, memcpy and free nodes on a new thread
+/// (safe code reaches no current context so: `Graph` is `Send`). Each node-adding call that
+/// needs it makes the device's context current. Before `add_kernel_node` did, the process died
+/// with SIGSEGV in `cuGraphAddKernelNode` (H200, driver 580; a function of a module loaded
+/// from PTX), the steps printed up to "alloc node added".
 #[test]
 #[ignore = "needs a GPU"]
 fn graph_built_where_no_context_is_current() {
@@ -464,6 +466,7 @@ fn graph_built_where_no_context_is_current() {
     };
     let device = &g.device;
     let out = DeviceBuffer::<u32>::zeroed(device, N as usize).unwrap();
+    let step = |what: &str| eprintln!("graph_built_where_no_context_is_current: {what}");
     let unbind = || {
         // SAFETY: unbinds the calling thread's context; the crate binds again where it must.
         let code = unsafe { cuda_graph::sys::cuCtxSetCurrent(std::ptr::null_mut()) };
@@ -472,10 +475,12 @@ fn graph_built_where_no_context_is_current() {
     let build = |value: u32| {
         unbind();
         let mut graph = Graph::new(device).unwrap();
+        step("graph made");
         unbind();
         let (alloc, buf) = graph
             .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES))
             .unwrap();
+        step("alloc node added");
         unbind();
         // SAFETY: fill_u32(u32*, u64, u32) on the N values of `buf`, after its alloc node.
         let fill = unsafe {
@@ -487,10 +492,13 @@ fn graph_built_where_no_context_is_current() {
             )
         }
         .unwrap();
+        step("kernel node added");
         unbind();
         let copy = graph.add_memcpy_node(&[fill], &out, &buf, BYTES).unwrap();
+        step("memcpy node added");
         unbind();
         graph.add_mem_free_node(&[copy], &buf).unwrap();
+        step("free node added");
         unbind();
         graph
     };
@@ -498,12 +506,43 @@ fn graph_built_where_no_context_is_current() {
         let stream = Stream::new(device).unwrap();
         unbind();
         let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+        step("instantiated");
         unbind();
         exec.launch(&stream).unwrap();
         stream.synchronize().unwrap();
+        step("launched");
         assert_all(&out.to_vec().unwrap(), value, "the graph's copy");
+        step("checked");
     };
     run(build(21), 21);
     let graph = std::thread::scope(|s| s.spawn(|| build(22)).join().unwrap());
     run(graph, 22);
+
+    // Made here, continued on a new thread, where no context was ever current.
+    let mut graph = Graph::new(device).unwrap();
+    let (alloc, buf) = graph
+        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES))
+        .unwrap();
+    let graph = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut graph = graph;
+            // SAFETY: fill_u32(u32*, u64, u32) on the N values of `buf`, after its alloc node.
+            let fill = unsafe {
+                graph.add_kernel_node(
+                    &[alloc],
+                    &g.k.fill,
+                    config(N),
+                    &KernelArgs::new().ptr(&buf).value(N).value(23u32),
+                )
+            }
+            .unwrap();
+            step("kernel node added on a new thread");
+            let copy = graph.add_memcpy_node(&[fill], &out, &buf, BYTES).unwrap();
+            graph.add_mem_free_node(&[copy], &buf).unwrap();
+            graph
+        })
+        .join()
+        .unwrap()
+    });
+    run(graph, 23);
 }
