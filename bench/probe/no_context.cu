@@ -32,18 +32,35 @@ static CUdevice device;
 
 enum Current { NONE, OTHER };
 
-// Makes the graph under the primary context, switches to `current`, then makes the call named
-// `what`; exits with the call's CUresult.
-static int child(const char *what, Current current) {
-    CK(cuCtxSetCurrent(primary));
-    CUgraph g;
-    CK(cuGraphCreate(&g, 0));
+// 1 MiB of device 0's memory.
+static CUDA_MEM_ALLOC_NODE_PARAMS alloc_params() {
     CUDA_MEM_ALLOC_NODE_PARAMS ap;
     memset(&ap, 0, sizeof ap);
     ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     ap.poolProps.location.id = 0;
     ap.bytesize = 1 << 20;
+    return ap;
+}
+
+// `fill` over 2^18 words, with `args` (address, count, value).
+static CUDA_KERNEL_NODE_PARAMS kernel_params(void **args) {
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = function;
+    kp.gridDimX = 1024; kp.gridDimY = 1; kp.gridDimZ = 1;
+    kp.blockDimX = 256; kp.blockDimY = 1; kp.blockDimZ = 1;
+    kp.kernelParams = args;
+    return kp;
+}
+
+// Makes the graph under the primary context, switches to `current`, then makes the call named
+// `what`; exits with the call's CUresult.
+static int child(const char *what, Current current) {
+    CK(cuCtxSetCurrent(primary));
+    CUgraph g;
+    CK(cuGraphCreate(&g, 0));
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params();
     CUgraphNode alloc;
     CK(cuGraphAddMemAllocNode(&alloc, g, nullptr, 0, &ap));
     CK(cuCtxSetCurrent(current == NONE ? nullptr : other));
@@ -58,12 +75,7 @@ static int child(const char *what, Current current) {
         unsigned long long n = 1 << 18;
         unsigned v = 1;
         void *args[] = {&ap.dptr, &n, &v};
-        CUDA_KERNEL_NODE_PARAMS kp;
-        memset(&kp, 0, sizeof kp);
-        kp.func = function;
-        kp.gridDimX = 1024; kp.gridDimY = 1; kp.gridDimZ = 1;
-        kp.blockDimX = 256; kp.blockDimY = 1; kp.blockDimZ = 1;
-        kp.kernelParams = args;
+        CUDA_KERNEL_NODE_PARAMS kp = kernel_params(args);
         r = cuGraphAddKernelNode(&node, g, &alloc, 1, &kp);
     } else if (!strcmp(what, "cuGraphAddMemFreeNode")) {
         r = cuGraphAddMemFreeNode(&node, g, &alloc, 1, ap.dptr);
@@ -87,12 +99,7 @@ static int sequence() {
     CK(cuCtxSetCurrent(nullptr));
     CUgraph g;
     CK(cuGraphCreate(&g, 0));
-    CUDA_MEM_ALLOC_NODE_PARAMS ap;
-    memset(&ap, 0, sizeof ap);
-    ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    ap.poolProps.location.id = 0;
-    ap.bytesize = 1 << 20;
+    CUDA_MEM_ALLOC_NODE_PARAMS ap = alloc_params();
     CUgraphNode alloc, kernel, copy, free_node;
     int r = cuGraphAddMemAllocNode(&alloc, g, nullptr, 0, &ap);
     printf("alloc node, no context current: CUresult %d, address %#llx\n", r,
@@ -102,12 +109,7 @@ static int sequence() {
     unsigned long long n = 1 << 18;
     unsigned v = 7;
     void *args[] = {&ap.dptr, &n, &v};
-    CUDA_KERNEL_NODE_PARAMS kp;
-    memset(&kp, 0, sizeof kp);
-    kp.func = function;
-    kp.gridDimX = 1024; kp.gridDimY = 1; kp.gridDimZ = 1;
-    kp.blockDimX = 256; kp.blockDimY = 1; kp.blockDimZ = 1;
-    kp.kernelParams = args;
+    CUDA_KERNEL_NODE_PARAMS kp = kernel_params(args);
     r = cuGraphAddKernelNode(&kernel, g, &alloc, 1, &kp);
     printf("kernel node: CUresult %d\n", r);
     fflush(stdout);

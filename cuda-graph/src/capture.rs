@@ -21,8 +21,8 @@ use crate::pinned::PinnedBuffer;
 use crate::pool::MemPool;
 use crate::record::{MemRole, Record};
 use crate::stream::{
-    AsStream, CaptureStatus, Stream, capture_id, capture_info, capture_status_bound,
-    last_captured_node, wait_event_unnoted,
+    AsStream, CaptureStatus, Stream, capture_id, capture_info, last_captured_node,
+    raw_capture_status, wait_event_unnoted,
 };
 use crate::sys;
 use crate::transfer::{check_host_memcpy, check_memcpy, check_memset};
@@ -147,7 +147,7 @@ impl<'s, S: AsStream> Capture<'s, S> {
         // it, and no free checked "not capturing" on this stream is captured.
         let _gate = deferred::exclusive_gate();
         // The stream's context was made current above.
-        if capture_status_bound(stream.as_raw_stream())? != CaptureStatus::None {
+        if raw_capture_status(stream.as_raw_stream())? != CaptureStatus::None {
             return Err(Error::Capturing {
                 call: "cuStreamBeginCapture",
                 instead: "it is already capturing: end that capture first",

@@ -84,17 +84,8 @@ pub trait AsStream: sealed::Sealed {
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuStreamIsCapturing`.
     fn capture_status(&self) -> Result<CaptureStatus> {
         self.device().bind()?;
-        capture_status_bound(self.as_raw_stream())
+        raw_capture_status(self.as_raw_stream())
     }
-}
-
-/// [`AsStream::capture_status`] of `stream`, a live stream whose context the caller made
-/// current.
-pub(crate) fn capture_status_bound(stream: sys::CUstream) -> Result<CaptureStatus> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: `status` is a valid out-pointer; the stream is live.
-    driver!(unsafe { sys::cuStreamIsCapturing(stream, &mut status) })?;
-    Ok(CaptureStatus::from_raw(status))
 }
 
 /// [`AsStream::wait_event`] without telling a capture that `stream` takes part in: for the
