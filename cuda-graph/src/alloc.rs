@@ -624,7 +624,7 @@ impl Drop for AllocInner {
         // Nobody freed it: free it on the device's private stream, after the launch that
         // allocated it and every use since; put off while a capture forbids it.
         let (ptr, device) = (self.ptr, self.device.clone());
-        deferred::release(device.ordinal(), move || {
+        self.device.release(move || {
             let result = device.reaper_stream().and_then(|reaper| {
                 let _order = crate::uses::hold_order_lock();
                 if let Some((_, event)) = &state.allocated {

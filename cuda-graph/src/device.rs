@@ -100,6 +100,17 @@ unsafe impl Sync for PrimaryContext {}
 impl Drop for PrimaryContext {
     fn drop(&mut self) {
         if let Some(Ok(stream)) = self.reaper.get() {
+            // In this context, which may not be current where the last handle drops.
+            let mut current = std::ptr::null_mut();
+            // SAFETY: `current` is a valid out-pointer.
+            let bound = match driver!(unsafe { sys::cuCtxGetCurrent(&mut current) }) {
+                Ok(()) if current != self.context => {
+                    // SAFETY: the context is retained until the release below.
+                    driver!(unsafe { sys::cuCtxSetCurrent(self.context) })
+                }
+                other => other,
+            };
+            record(self.ordinal, bound);
             // SAFETY: the reaper stream was created in this context and is destroyed once, here;
             // the driver finishes the frees queued on it first.
             let destroyed = driver!(unsafe { sys::cuStreamDestroy(*stream) });
@@ -270,6 +281,36 @@ impl Device {
             driver!(unsafe { sys::cuCtxSetCurrent(self.inner.context) })?;
         }
         Ok(())
+    }
+
+    /// Runs `job`, a release of something of this device (a drop's driver calls), now or
+    /// later ([`deferred`]), with this device's context made current first: a drop may run
+    /// where no context is current (on a new thread, on the crate's release thread), and there
+    /// a driver call may crash the process (`add_kernel_node` did). The job runs even when
+    /// the context cannot be made current (the error is recorded): it may hold what the GPU
+    /// still uses, which must not be let go of undone.
+    pub(crate) fn release(&self, mut job: impl FnMut() -> bool + Send + 'static) {
+        let device = self.clone();
+        deferred::release(self.ordinal(), move || device.run_bound(&mut job));
+    }
+
+    /// [`release`](Device::release) through [`deferred::release_after`].
+    pub(crate) fn release_after(&self, mut job: impl FnMut() -> bool + Send + 'static) {
+        let device = self.clone();
+        deferred::release_after(self.ordinal(), move || device.run_bound(&mut job));
+    }
+
+    /// [`release`](Device::release) through [`deferred::enqueue`]: queued without being tried.
+    pub(crate) fn enqueue_release(&self, mut job: impl FnMut() -> bool + Send + 'static) {
+        let device = self.clone();
+        deferred::enqueue(self.ordinal(), Box::new(move || device.run_bound(&mut job)));
+    }
+
+    fn run_bound(&self, job: &mut impl FnMut() -> bool) -> bool {
+        if let Err(e) = self.bind() {
+            self.record_drop_error(e);
+        }
+        job()
     }
 
     /// The device's name (`cuDeviceGetName`).

@@ -84,9 +84,10 @@ impl Event {
     ///
     /// # Errors
     ///
-    /// [`Error::Driver`] naming `cuEventSynchronize`, which also reports an earlier asynchronous
-    /// failure of the recorded work.
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventSynchronize`, which also
+    /// reports an earlier asynchronous failure of the recorded work.
     pub fn synchronize(&self) -> Result<()> {
+        self.inner.device.bind()?;
         // SAFETY: the event is live.
         driver!(unsafe { sys::cuEventSynchronize(self.inner.raw) })
     }
@@ -95,9 +96,10 @@ impl Event {
     ///
     /// # Errors
     ///
-    /// [`Error::Driver`] naming `cuEventQuery` for any code but `CUDA_SUCCESS` and
-    /// `CUDA_ERROR_NOT_READY` (which is `Ok(false)`).
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventQuery` for any code but
+    /// `CUDA_SUCCESS` and `CUDA_ERROR_NOT_READY` (which is `Ok(false)`).
     pub fn is_complete(&self) -> Result<bool> {
+        self.inner.device.bind()?;
         // SAFETY: the event is live.
         match unsafe { sys::cuEventQuery(self.inner.raw) } {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
@@ -112,9 +114,9 @@ impl Event {
     ///
     /// # Errors
     ///
-    /// [`Error::Driver`] naming `cuEventElapsedTime` when the driver refuses: an event not
-    /// recorded or made with [`EventFlags::DISABLE_TIMING`], or one not yet complete
-    /// (`CUDA_ERROR_NOT_READY`). [`Error::InvalidArgument`] naming `Event::elapsed_since` when
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventElapsedTime` when the driver
+    /// refuses: an event not recorded or made with [`EventFlags::DISABLE_TIMING`], or one not
+    /// yet complete (`CUDA_ERROR_NOT_READY`). [`Error::InvalidArgument`] naming `Event::elapsed_since` when
     /// the driver's figure is negative (`earlier` completed after this event) or not finite.
     pub fn elapsed_since(&self, earlier: &Event) -> Result<Duration> {
         duration_from_ms(self.elapsed_ms_since(earlier)?)
@@ -127,10 +129,11 @@ impl Event {
     ///
     /// # Errors
     ///
-    /// [`Error::Driver`] naming `cuEventElapsedTime` when the driver refuses: an event not
-    /// recorded or made with [`EventFlags::DISABLE_TIMING`], or one not yet complete
-    /// (`CUDA_ERROR_NOT_READY`).
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuEventElapsedTime` when the driver
+    /// refuses: an event not recorded or made with [`EventFlags::DISABLE_TIMING`], or one not
+    /// yet complete (`CUDA_ERROR_NOT_READY`).
     pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
+        self.inner.device.bind()?;
         let mut ms = 0.0;
         // SAFETY: `ms` is a valid out-pointer; both events are live.
         driver!(unsafe { sys::cuEventElapsedTime(&mut ms, start.inner.raw, self.inner.raw) })?;
@@ -222,7 +225,7 @@ impl Drop for EventInner {
             return;
         }
         let (raw, device) = (self.raw as usize, self.device.clone());
-        crate::deferred::release(device.ordinal(), move || {
+        self.device.release(move || {
             // SAFETY: owned and destroyed once, when the last clone drops.
             device.record(driver!(unsafe { sys::cuEventDestroy(raw as sys::CUevent) }));
             true

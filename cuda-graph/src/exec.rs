@@ -800,7 +800,7 @@ impl ExecGraph {
         drop(last_launch);
         let device = self.device.clone();
         let mut keep = Some(keep);
-        deferred::release_after(self.device.ordinal(), move || {
+        self.device.release_after(move || {
             if let Some(tail) = &pending {
                 match tail.mark(&mut None) {
                     Mark::NotNow => return false,
@@ -873,7 +873,7 @@ impl Drop for ExecGraph {
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device.clone());
         let instantiated = self.instantiated.take();
-        deferred::release(device.ordinal(), move || {
+        self.device.release(move || {
             // SAFETY: owned and destroyed once; live allocations stay live (their handles free
             // them).
             let destroyed = driver!(unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) });

@@ -133,7 +133,7 @@ impl Drop for Graph {
         let mut keep = Some(std::mem::take(&mut self.keep));
         if self.owns_raw {
             let (raw, device) = (self.raw as usize, self.device.clone());
-            crate::deferred::release(device.ordinal(), move || {
+            self.device.release(move || {
                 // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
                 device.record(driver!(unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) }));
                 drop(keep.take());
@@ -1088,11 +1088,14 @@ impl Graph {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] naming `cuGraphDebugDotPrint` when `path` contains a NUL byte;
-    /// [`Error::Driver`] naming `cuGraphDebugDotPrint` when the driver cannot write the file.
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuGraphDebugDotPrint` when the
+    /// driver cannot write the file.
     pub fn debug_dot_print(&self, path: &std::path::Path) -> Result<()> {
         let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
             .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;
         let verbose = sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0;
+        // The verbose output reads every node's parameters: in the device's context.
+        self.device.bind()?;
         // SAFETY: the path is NUL-terminated; the graph is live.
         driver!(unsafe { sys::cuGraphDebugDotPrint(self.raw, c_path.as_ptr(), verbose) })
     }
@@ -1119,6 +1122,7 @@ fn retain_keep(graph: &Graph) -> Result<()> {
     }
     /// The user object's data: the device's ordinal and the keep list.
     type Payload = (usize, Arc<Kept>);
+    graph.device.bind()?;
     let payload: Payload = (graph.device.ordinal(), graph.share_keep());
     let data = Box::into_raw(Box::new(payload)).cast::<c_void>();
     let mut object = std::ptr::null_mut();
@@ -1176,6 +1180,8 @@ where
     K: FnMut(C, Option<&mut IdMap<sys::CUdeviceptr, GraphAllocation>>) -> NodeParts,
 {
     let mut graph = Graph::wrap(raw, device, id);
+    // The nodes' parameters are read: in the device's context, as they were made.
+    device.bind()?;
     // SAFETY: the caller hands over a live graph.
     let Listed { nodes, from, to } = &unsafe { nodes_and_edges(raw) }?;
     // The driver lists a captured graph's nodes in the order captured (so far): each known node

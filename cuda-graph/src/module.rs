@@ -104,11 +104,12 @@ impl Module {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] naming `Module::function` when `name` contains a NUL byte;
-    /// [`Error::Driver`] naming `cuModuleGetFunction`, with `CUDA_ERROR_NOT_FOUND` when the module
-    /// has no kernel of that name.
+    /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuModuleGetFunction`, with
+    /// `CUDA_ERROR_NOT_FOUND` when the module has no kernel of that name.
     pub fn function(&self, name: &str) -> Result<Function> {
         let c_name = CString::new(name)
             .map_err(|_| Error::invalid("Module::function", "the name contains a NUL byte"))?;
+        self.inner.device.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the name is NUL-terminated; the module is loaded.
         driver!(unsafe { sys::cuModuleGetFunction(&mut raw, self.inner.raw, c_name.as_ptr()) })?;

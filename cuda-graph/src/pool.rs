@@ -92,9 +92,10 @@ impl MemPool {
     ///
     /// # Errors
     ///
-    /// [`Error::Driver`](crate::Error::Driver) naming `cuMemPoolSetAccess` (a peer that cannot
-    /// access the resident device, for one).
+    /// [`Device::bind`]'s errors; [`Error::Driver`](crate::Error::Driver) naming
+    /// `cuMemPoolSetAccess` (a peer that cannot access the resident device, for one).
     pub fn set_access(&self, peer: &Device, access: Access) -> Result<()> {
+        self.device.bind()?;
         let desc = sys::CUmemAccessDesc {
             location: device_location(peer),
             flags: access.raw(),
@@ -107,8 +108,10 @@ impl MemPool {
     ///
     /// # Errors
     ///
-    /// [`Error::Driver`](crate::Error::Driver) naming `cuMemPoolGetAccess`.
+    /// [`Device::bind`]'s errors; [`Error::Driver`](crate::Error::Driver) naming
+    /// `cuMemPoolGetAccess`.
     pub fn access(&self, peer: &Device) -> Result<Option<Access>> {
+        self.device.bind()?;
         let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
         let mut location = device_location(peer);
         // SAFETY: out-pointer valid; the location names a device.
@@ -144,7 +147,7 @@ impl Handle for MemPool {
 impl Drop for MemPool {
     fn drop(&mut self) {
         let (raw, device) = (self.raw as usize, self.device.clone());
-        crate::deferred::release(device.ordinal(), move || {
+        self.device.release(move || {
             // SAFETY: owned and destroyed once; the driver defers it while allocations are
             // live.
             let destroyed = driver!(unsafe { sys::cuMemPoolDestroy(raw as sys::CUmemoryPool) });

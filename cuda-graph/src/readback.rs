@@ -348,8 +348,8 @@ impl Graph {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] naming `Graph::node_params` when `node` belongs to another
-    /// graph; [`Error::Driver`] naming the call that failed. [`Error::InvalidArgument`] naming
-    /// `cuGraphMemAllocNodeGetParams` when the driver reports peer access descriptors at a
+    /// graph; [`Device::bind`](crate::Device::bind)'s errors; [`Error::Driver`] naming the call that failed.
+    /// [`Error::InvalidArgument`] naming `cuGraphMemAllocNodeGetParams` when the driver reports peer access descriptors at a
     /// null address, or more than this process can hold.
     ///
     /// ```no_run
@@ -366,6 +366,8 @@ impl Graph {
     /// ```
     pub fn node_params(&self, node: Node) -> Result<NodeParams> {
         let raw = self.raw_node("Graph::node_params", node)?;
+        // A kernel node's parameters name its function: read in the device's context.
+        self.device.bind()?;
         // SAFETY: `raw` is a node of this live graph, which `&self` keeps alive while the
         // parameters are read (an alloc node's access list among them).
         unsafe { node_params(raw) }

@@ -243,6 +243,9 @@ impl Stream {
             return;
         };
         self.device.record_drop_error(Error::CaptureLeftOpen);
+        if let Err(e) = self.device.bind() {
+            self.device.record_drop_error(e);
+        }
         let mut graph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (a registered capture began on it).
         let ended = driver!(unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) });
@@ -455,7 +458,6 @@ impl Drop for Stream {
         self.end_forgotten_capture();
         deferred::flush_if_queued();
         let (raw, device, tail) = (self.raw as usize, self.device.clone(), self.tail.clone());
-        let ordinal = device.ordinal();
         let destroy = move || {
             let raw = raw as sys::CUstream;
             if !matches!(raw_capture_status(raw), Ok(CaptureStatus::None)) {
@@ -467,10 +469,10 @@ impl Drop for Stream {
             true
         };
         if deferred::queued() == 0 {
-            deferred::release(ordinal, destroy);
+            self.device.release(destroy);
         } else {
             // Queued frees may name this stream: it is destroyed after them.
-            deferred::enqueue(ordinal, Box::new(destroy));
+            self.device.enqueue_release(destroy);
         }
     }
 }

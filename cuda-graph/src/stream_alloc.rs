@@ -49,7 +49,7 @@ impl Drop for StreamMemory {
         }
         let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
         let (ptr, device) = (self.ptr, self.device.clone());
-        deferred::release(device.ordinal(), move || {
+        self.device.release(move || {
             let result = device.reaper_stream().and_then(|reaper| {
                 uses.wait_on(reaper, None)?;
                 // SAFETY: from cuMemAllocAsync, freed once, after every known use; the reaper
@@ -245,10 +245,10 @@ fn let_go_on(
         driver!(unsafe { sys::cuCtxSynchronize() })?;
         return Ok(true);
     }
+    memory.device.bind()?;
     if raw_capture_status(raw)? != CaptureStatus::None {
         return Ok(false);
     }
-    memory.device.bind()?;
     let mut id = 0;
     // SAFETY: `id` is a valid out-pointer; the stream is live and not capturing.
     driver!(unsafe { sys::cuStreamGetId(raw, &mut id) })?;
