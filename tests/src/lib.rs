@@ -169,6 +169,33 @@ pub fn stub_variant_device(
     (device, module, fill)
 }
 
+/// The C function `name` of the loaded stub driver variant at `path` (a test's own hooks, such
+/// as a log it reads back), as `F`, a C function pointer type.
+///
+/// # Panics
+///
+/// When `F` is not pointer-sized, the variant is not loaded, or it does not export `name`.
+///
+/// # Safety
+///
+/// `name` is a C function of the variant whose type `F` is.
+pub unsafe fn stub_variant_fn<F: Copy>(path: &std::path::Path, name: &str) -> F {
+    assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
+    let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("a path");
+    let name = std::ffi::CString::new(name).expect("a name");
+    // SAFETY: RTLD_NOLOAD only finds a library already loaded, which the driver keeps loaded;
+    // the handle is closed again at once (the driver's reference stays).
+    let lib = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!lib.is_null(), "the stub driver variant is loaded");
+    // SAFETY: a live handle and a NUL-terminated name.
+    let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
+    // SAFETY: the handle came from dlopen above.
+    unsafe { libc::dlclose(lib) };
+    assert!(!f.is_null(), "the stub exports {name:?}");
+    // SAFETY: `F` is pointer-sized, and the caller vouches that the symbol has type `F`.
+    unsafe { std::mem::transmute_copy(&f) }
+}
+
 /// Runs the test `name` of the current test binary again, alone, in a child process, with
 /// `child_var` set to `name` (so that the child runs the test's body) and `env` set; kills it
 /// after `limit`. Returns its exit status (`None`: killed at the limit) and its output (stdout,

@@ -12,7 +12,7 @@
 
 #![allow(clippy::undocumented_unsafe_blocks)]
 
-use std::ffi::{CString, c_int, c_void};
+use std::ffi::c_int;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -144,20 +144,8 @@ fn stub_path() -> Result<PathBuf, String> {
 
 /// The stub's function `name`, of type `F` (a C function pointer type).
 fn stub_fn<F: Copy>(name: &str) -> F {
-    assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
-    let path = stub_path().expect("the stub was built");
-    let path = CString::new(path.into_os_string().into_encoded_bytes()).unwrap();
-    let name = CString::new(name).unwrap();
-    // SAFETY: the stub is loaded (RTLD_NOLOAD finds it) and stays loaded (the driver holds it);
-    // the caller names a C function of type `F`.
-    unsafe {
-        let lib = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        assert!(!lib.is_null(), "the stub driver is loaded");
-        let f = libc::dlsym(lib, name.as_ptr());
-        assert!(!f.is_null(), "the stub exports {name:?}");
-        libc::dlclose(lib);
-        std::mem::transmute_copy(&f)
-    }
+    // SAFETY: this file names the stub's functions with their C types.
+    unsafe { cuda_graph_tests::stub_variant_fn(&stub_path().expect("the stub was built"), name) }
 }
 
 /// One entry of the stub's log.

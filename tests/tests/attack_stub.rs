@@ -16,7 +16,7 @@
 
 #![allow(clippy::undocumented_unsafe_blocks)]
 
-use std::ffi::{CString, c_int};
+use std::ffi::c_int;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -117,28 +117,20 @@ fn stub_path() -> Result<PathBuf, String> {
 /// Calls `name(arg)` (or `name()` when `arg` is `None`) in the loaded stub.
 fn stub_call(name: &str, arg: Option<c_int>) -> c_int {
     let path = stub_path().expect("the stub was built");
-    let path = CString::new(path.into_os_string().into_encoded_bytes()).unwrap();
-    let name = CString::new(name).unwrap();
-    // SAFETY: the stub is loaded (RTLD_NOLOAD finds it); the symbols are C functions of the
-    // signatures used here.
+    // SAFETY: this file's hooks take an int and return nothing, or take nothing and return an
+    // int, as called here.
     unsafe {
-        let lib = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        assert!(!lib.is_null(), "the stub driver is loaded");
-        let f = libc::dlsym(lib, name.as_ptr());
-        assert!(!f.is_null(), "the stub exports {name:?}");
-        let r = match arg {
+        match arg {
             Some(a) => {
-                let f: extern "C" fn(c_int) = std::mem::transmute(f);
+                let f: extern "C" fn(c_int) = cuda_graph_tests::stub_variant_fn(&path, name);
                 f(a);
                 0
             }
             None => {
-                let f: extern "C" fn() -> c_int = std::mem::transmute(f);
+                let f: extern "C" fn() -> c_int = cuda_graph_tests::stub_variant_fn(&path, name);
                 f()
             }
-        };
-        libc::dlclose(lib);
-        r
+        }
     }
 }
 

@@ -24,7 +24,7 @@
 
 #![allow(clippy::undocumented_unsafe_blocks, clippy::missing_panics_doc)]
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int};
 use std::fmt::Debug;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -381,20 +381,8 @@ fn stub_path() -> Result<PathBuf, String> {
 
 /// The stub's function `name`, of type `F` (a C function pointer type).
 fn stub_fn<F: Copy>(name: &str) -> F {
-    assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
-    let path = stub_path().expect("the stub was built");
-    let path = CString::new(path.into_os_string().into_encoded_bytes()).unwrap();
-    let name = CString::new(name).unwrap();
-    // SAFETY: the stub is loaded (RTLD_NOLOAD finds it) and stays loaded (the driver holds it);
-    // the caller names a C function of type `F`.
-    unsafe {
-        let lib = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-        assert!(!lib.is_null(), "the stub driver is loaded");
-        let f = libc::dlsym(lib, name.as_ptr());
-        assert!(!f.is_null(), "the stub exports {name:?}");
-        libc::dlclose(lib);
-        std::mem::transmute_copy(&f)
-    }
+    // SAFETY: this file names the stub's functions with their C types.
+    unsafe { cuda_graph_tests::stub_variant_fn(&stub_path().expect("the stub was built"), name) }
 }
 
 /// The log so far, as (function, thread), and clears it.
@@ -1240,6 +1228,20 @@ fn streams_events_memory() {
 
 // ------------------------------------------------------------------ stream capture
 
+/// In a capture: an allocation, a kernel that fills it, a memset of it, a copy of it into
+/// `out`, its free.
+fn captured_chain(
+    cap: &cuda_graph::Capture<'_, Stream>,
+    fill: &Function,
+    out: &DeviceBuffer<u32>,
+) -> cuda_graph::Result<()> {
+    let a = cap.malloc_async(BYTES)?;
+    unsafe { cap.launch(fill, cfg(), &KernelArgs::new().ptr(&a).value(N).value(1u32)) }?;
+    cap.memset_async(&a, 9u32, N as usize)?;
+    cap.memcpy_async(out, &a, BYTES)?;
+    cap.free_async(&a)
+}
+
 fn capture_body() {
     let (device, _module, fill) = stub();
     let stream = Stream::new(&device).unwrap();
@@ -1254,18 +1256,7 @@ fn capture_body() {
             ok(
                 "capture",
                 capture(s, CaptureMode::Global, |cap| {
-                    let a = cap.malloc_async(BYTES)?;
-                    unsafe {
-                        cap.launch(
-                            &fill,
-                            cfg(),
-                            &KernelArgs::new().ptr(&a).value(N).value(1u32),
-                        )
-                    }?;
-                    cap.memset_async(&a, 9u32, N as usize)?;
-                    cap.memcpy_async(&out, &a, BYTES)?;
-                    cap.free_async(&a)?;
-                    Ok(())
+                    captured_chain(cap, &fill, &out)
                 }),
             )
         },
@@ -1335,18 +1326,7 @@ fn capture_body() {
     // Reading back a captured graph (the stub knows captured nodes' types), and taking over
     // a raw captured graph with memory nodes.
     let (captured, ()) = capture(&stream, CaptureMode::Global, |cap| {
-        let a = cap.malloc_async(BYTES)?;
-        unsafe {
-            cap.launch(
-                &fill,
-                cfg(),
-                &KernelArgs::new().ptr(&a).value(N).value(1u32),
-            )
-        }?;
-        cap.memset_async(&a, 9u32, N as usize)?;
-        cap.memcpy_async(&out, &a, BYTES)?;
-        cap.free_async(&a)?;
-        Ok(())
+        captured_chain(cap, &fill, &out)
     })
     .unwrap();
     let captured = step(
