@@ -623,8 +623,8 @@ impl Drop for AllocInner {
         }
         // Nobody freed it: free it on the device's private stream, after the launch that
         // allocated it and every use since; put off while a capture forbids it.
-        let (ptr, device) = (self.ptr, self.device.clone());
-        self.device.release(move || {
+        let ptr = self.ptr;
+        self.device.release(move |device| {
             let result = device.reaper_stream().and_then(|reaper| {
                 let _order = crate::uses::hold_order_lock();
                 if let Some((_, event)) = &state.allocated {

@@ -284,33 +284,34 @@ impl Device {
     }
 
     /// Runs `job`, a release of something of this device (a drop's driver calls), now or
-    /// later ([`deferred`]), with this device's context made current first: a drop may run
-    /// where no context is current (on a new thread, on the crate's release thread), and there
-    /// a driver call may crash the process (`add_kernel_node` did). The job runs even when
-    /// the context cannot be made current (the error is recorded): it may hold what the GPU
-    /// still uses, which must not be let go of undone.
-    pub(crate) fn release(&self, mut job: impl FnMut() -> bool + Send + 'static) {
+    /// later ([`deferred`]), with this device's context made current first and the device
+    /// handed to it: a drop may run where no context is current (on a new thread, on the
+    /// crate's release thread), and there a driver call may crash the process
+    /// (`add_kernel_node` did). The job runs even when the context cannot be made current (the
+    /// error is recorded): it may hold what the GPU still uses, which must not be let go of
+    /// undone.
+    pub(crate) fn release(&self, mut job: impl FnMut(&Device) -> bool + Send + 'static) {
         let device = self.clone();
         deferred::release(self.ordinal(), move || device.run_bound(&mut job));
     }
 
     /// [`release`](Device::release) through [`deferred::release_after`].
-    pub(crate) fn release_after(&self, mut job: impl FnMut() -> bool + Send + 'static) {
+    pub(crate) fn release_after(&self, mut job: impl FnMut(&Device) -> bool + Send + 'static) {
         let device = self.clone();
         deferred::release_after(self.ordinal(), move || device.run_bound(&mut job));
     }
 
     /// [`release`](Device::release) through [`deferred::enqueue`]: queued without being tried.
-    pub(crate) fn enqueue_release(&self, mut job: impl FnMut() -> bool + Send + 'static) {
+    pub(crate) fn enqueue_release(&self, mut job: impl FnMut(&Device) -> bool + Send + 'static) {
         let device = self.clone();
         deferred::enqueue(self.ordinal(), Box::new(move || device.run_bound(&mut job)));
     }
 
-    fn run_bound(&self, job: &mut impl FnMut() -> bool) -> bool {
+    fn run_bound(&self, job: &mut impl FnMut(&Device) -> bool) -> bool {
         if let Err(e) = self.bind() {
             self.record_drop_error(e);
         }
-        job()
+        job(self)
     }
 
     /// The device's name (`cuDeviceGetName`).

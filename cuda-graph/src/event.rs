@@ -100,6 +100,12 @@ impl Event {
     /// `CUDA_SUCCESS` and `CUDA_ERROR_NOT_READY` (which is `Ok(false)`).
     pub fn is_complete(&self) -> Result<bool> {
         self.inner.device.bind()?;
+        self.is_complete_bound()
+    }
+
+    /// [`is_complete`](Event::is_complete) where the event's context is known to be current (a
+    /// release, which made it so): one driver call fewer per poll.
+    pub(crate) fn is_complete_bound(&self) -> Result<bool> {
         // SAFETY: the event is live.
         match unsafe { sys::cuEventQuery(self.inner.raw) } {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
@@ -224,8 +230,8 @@ impl Drop for EventInner {
         if !self.owns_raw {
             return;
         }
-        let (raw, device) = (self.raw as usize, self.device.clone());
-        self.device.release(move || {
+        let raw = self.raw as usize;
+        self.device.release(move |device| {
             // SAFETY: owned and destroyed once, when the last clone drops.
             device.record(driver!(unsafe { sys::cuEventDestroy(raw as sys::CUevent) }));
             true

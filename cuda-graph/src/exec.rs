@@ -798,9 +798,8 @@ impl ExecGraph {
         }
         let mut last = last_launch.clone();
         drop(last_launch);
-        let device = self.device.clone();
         let mut keep = Some(keep);
-        self.device.release_after(move || {
+        self.device.release_after(move |device| {
             if let Some(tail) = &pending {
                 match tail.mark(&mut None) {
                     Mark::NotNow => return false,
@@ -815,7 +814,7 @@ impl ExecGraph {
                 pending = None;
             }
             if let Some(event) = &last {
-                match event.is_complete() {
+                match event.is_complete_bound() {
                     Ok(false) => return false,
                     Ok(true) => {}
                     Err(e) => {
@@ -871,9 +870,9 @@ impl Drop for ExecGraph {
     /// capture forbids it; until the launch is done the release waits in the queue, which the
     /// crate's release thread works through.
     fn drop(&mut self) {
-        let (raw, device) = (self.raw as usize, self.device.clone());
+        let raw = self.raw as usize;
         let instantiated = self.instantiated.take();
-        self.device.release(move || {
+        self.device.release(move |device| {
             // SAFETY: owned and destroyed once; live allocations stay live (their handles free
             // them).
             let destroyed = driver!(unsafe { sys::cuGraphExecDestroy(raw as sys::CUgraphExec) });

@@ -132,8 +132,8 @@ impl Drop for Graph {
         // closure's capture) is caught and recorded, as for the other holders of the list.
         let mut keep = Some(std::mem::take(&mut self.keep));
         if self.owns_raw {
-            let (raw, device) = (self.raw as usize, self.device.clone());
-            self.device.release(move || {
+            let raw = self.raw as usize;
+            self.device.release(move |device| {
                 // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
                 device.record(driver!(unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) }));
                 drop(keep.take());

@@ -164,8 +164,9 @@ impl HostMemory {
             state.uses.tracked()?;
             state.uses.events().cloned().collect()
         };
+        self.device.bind()?;
         for event in &events {
-            if !event.is_complete()? {
+            if !event.is_complete_bound()? {
                 return Ok(false);
             }
         }
@@ -254,8 +255,13 @@ impl Drop for HostMemory {
             return;
         }
         deferred::release_after(device.ordinal(), move || {
+            // What is not released for want of the context is kept: never freed under the GPU.
+            if let Err(e) = device.bind() {
+                device.record_drop_error(e);
+                return true;
+            }
             for event in uses.events() {
-                match event.is_complete() {
+                match event.is_complete_bound() {
                     Ok(false) => return false,
                     Ok(true) => {}
                     Err(e) => {
@@ -265,10 +271,6 @@ impl Drop for HostMemory {
                         return true;
                     }
                 }
-            }
-            if let Err(e) = device.bind() {
-                device.record_drop_error(e);
-                return true;
             }
             let freed = match free {
                 // SAFETY: allocated by cuMemHostAlloc and freed once, when no node, launch,

@@ -146,8 +146,8 @@ impl Handle for MemPool {
 
 impl Drop for MemPool {
     fn drop(&mut self) {
-        let (raw, device) = (self.raw as usize, self.device.clone());
-        self.device.release(move || {
+        let raw = self.raw as usize;
+        self.device.release(move |device| {
             // SAFETY: owned and destroyed once; the driver defers it while allocations are
             // live.
             let destroyed = driver!(unsafe { sys::cuMemPoolDestroy(raw as sys::CUmemoryPool) });

@@ -457,8 +457,8 @@ impl Drop for Stream {
         }
         self.end_forgotten_capture();
         deferred::flush_if_queued();
-        let (raw, device, tail) = (self.raw as usize, self.device.clone(), self.tail.clone());
-        let destroy = move || {
+        let (raw, tail) = (self.raw as usize, self.tail.clone());
+        let destroy = move |device: &Device| {
             let raw = raw as sys::CUstream;
             if !matches!(raw_capture_status(raw), Ok(CaptureStatus::None)) {
                 return false;

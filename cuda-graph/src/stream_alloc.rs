@@ -48,8 +48,8 @@ impl Drop for StreamMemory {
             return;
         }
         let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
-        let (ptr, device) = (self.ptr, self.device.clone());
-        self.device.release(move || {
+        let ptr = self.ptr;
+        self.device.release(move |device| {
             let result = device.reaper_stream().and_then(|reaper| {
                 uses.wait_on(reaper, None)?;
                 // SAFETY: from cuMemAllocAsync, freed once, after every known use; the reaper
