@@ -29,7 +29,7 @@
 //! running. Without it, destructors the driver runs as in-flight work completes during exit
 //! would set the release thread calling the driver while it is torn down.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{
@@ -62,11 +62,16 @@ static QUEUED: AtomicUsize = AtomicUsize::new(0);
 /// first and the gate second would wait behind a `Capture::begin` that waits for a holder of
 /// the gate that waits for that allocation's lock. Every path that locks allocations' states
 /// takes the gate first; nested holds on one thread do not touch the lock.
+///
+/// No user code runs under it: what a finished job holds (a keep list with a host closure's
+/// captures) is dropped once the thread lets go of it ([`dispose`]).
 static GATE: RwLock<()> = RwLock::new(());
 
 thread_local! {
     /// How many [`Gate`]s this thread holds (a release may drop values whose release nests).
     static GATE_DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Finished jobs whose drop waits until this thread lets go of the gate ([`dispose`]).
+    static AFTER_GATE: RefCell<Vec<Job>> = const { RefCell::new(Vec::new()) };
     /// Whether this thread runs a host node's function (a driver thread, where CUDA must not
     /// be called).
     static IN_HOST_FUNCTION: Cell<bool> = const { Cell::new(false) };
@@ -95,9 +100,10 @@ pub(crate) fn in_host_function() -> bool {
     IN_HOST_FUNCTION.get()
 }
 
-/// The shared hold of [`GATE`], re-entrant on one thread.
+/// The shared hold of [`GATE`], re-entrant on one thread. When the outermost hold ends, the
+/// jobs finished under it are dropped ([`dispose`]).
 pub(crate) struct Gate {
-    _held: Option<RwLockReadGuard<'static, ()>>,
+    held: Option<RwLockReadGuard<'static, ()>>,
 }
 
 /// Holds the gate shared until the value drops. Inside a host node's function nothing is
@@ -108,15 +114,69 @@ pub(crate) fn hold_gate() -> Gate {
     let depth = GATE_DEPTH.get();
     GATE_DEPTH.set(depth + 1);
     Gate {
-        _held: (depth == 0 && !in_host_function())
+        held: (depth == 0 && !in_host_function())
             .then(|| GATE.read().unwrap_or_else(|e| e.into_inner())),
     }
 }
 
 impl Drop for Gate {
     fn drop(&mut self) {
-        GATE_DEPTH.set(GATE_DEPTH.get() - 1);
+        let depth = GATE_DEPTH.get() - 1;
+        GATE_DEPTH.set(depth);
+        if depth == 0 {
+            drop(self.held.take());
+            drop_after_gate();
+        }
     }
+}
+
+/// Drops a finished job, and so what it holds (a keep list, whose values may be the user's:
+/// a host closure's captures). Not under the gate: a user's `Drop` may wait for a thread that
+/// begins a capture, which waits for the gate. Where this thread holds the gate, the job waits
+/// in [`AFTER_GATE`] until the outermost hold ends. A panic in the drop is recorded as in
+/// [`run`].
+fn dispose(ordinal: usize, job: impl FnMut() -> bool + Send + 'static) {
+    if GATE_DEPTH.get() != 0 {
+        let mut job: Option<Job> = Some((ordinal, Box::new(job)));
+        // Past the thread's local storage (its exit), it is dropped here.
+        let _ = AFTER_GATE.try_with(|after| after.borrow_mut().extend(job.take()));
+        if let Some((ordinal, job)) = job {
+            drop_caught(ordinal, job);
+        }
+        return;
+    }
+    drop_caught(ordinal, job);
+}
+
+/// Drops the jobs [`dispose`] put off on this thread, and those their drops put off in turn.
+fn drop_after_gate() {
+    loop {
+        let jobs = AFTER_GATE
+            .try_with(|after| std::mem::take(&mut *after.borrow_mut()))
+            .unwrap_or_default();
+        if jobs.is_empty() {
+            return;
+        }
+        for (ordinal, job) in jobs {
+            drop_caught(ordinal, job);
+        }
+    }
+}
+
+/// Drops `value`; a panic in its drop is recorded as a drop error of device `ordinal`.
+fn drop_caught<T>(ordinal: usize, value: T) {
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        record_drop_error(ordinal, Error::ReleasePanicked(panic_message(&*panic)));
+    }
+}
+
+/// What a caught panic says.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 /// Set when the process begins to exit (an exit handler registered after `cuInit`, which
@@ -321,41 +381,41 @@ pub(crate) fn release_allowed() -> bool {
 /// Runs `job`, a release of something of device `ordinal`, now if releases are allowed and it
 /// completes; queues it otherwise.
 pub(crate) fn release(ordinal: usize, mut job: impl FnMut() -> bool + Send + 'static) {
-    {
+    let done = {
         let _gate = hold_gate();
-        if !exiting() && release_allowed() && run(ordinal, &mut job) {
-            return;
-        }
+        !exiting() && release_allowed() && run(ordinal, &mut job)
+    };
+    if done {
+        dispose(ordinal, job);
+    } else {
+        enqueue(ordinal, Box::new(job));
     }
-    enqueue(ordinal, Box::new(job));
 }
 
 /// As [`release`], for a job that may also stay queued because the GPU is not done with what
 /// it releases: the release thread is woken, and polls the queue while it is not empty, so
 /// that the release follows the GPU without waiting for the program's next call.
 pub(crate) fn release_after(ordinal: usize, mut job: impl FnMut() -> bool + Send + 'static) {
-    {
+    let done = {
         let _gate = hold_gate();
-        if !exiting() && release_allowed() && run(ordinal, &mut job) {
-            return;
-        }
+        !exiting() && release_allowed() && run(ordinal, &mut job)
+    };
+    if done {
+        dispose(ordinal, job);
+    } else {
+        enqueue(ordinal, Box::new(job));
+        wake_release_thread();
     }
-    enqueue(ordinal, Box::new(job));
-    wake_release_thread();
 }
 
 /// Runs a job; a panic in it (a value's `Drop`) is caught and recorded as a drop error of
-/// device `ordinal`, and counts as done.
+/// device `ordinal`, and counts as done. What a finished job holds is dropped after the gate
+/// ([`dispose`]).
 fn run(ordinal: usize, job: &mut dyn FnMut() -> bool) -> bool {
     match catch_unwind(AssertUnwindSafe(job)) {
         Ok(done) => done,
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
-            record_drop_error(ordinal, Error::ReleasePanicked(what));
+            record_drop_error(ordinal, Error::ReleasePanicked(panic_message(&*panic)));
             true
         }
     }
@@ -457,7 +517,7 @@ pub(crate) fn flush_if_queued() {
 /// synchronization, instantiation, drops of executable graphs and streams); call it to release
 /// memory at a moment of your choosing, or in a leak test.
 pub fn flush_deferred() -> usize {
-    let _gate = hold_gate();
+    let gate = hold_gate();
     if exiting() || !release_allowed() {
         return QUEUED.load(Ordering::Acquire);
     }
@@ -465,20 +525,29 @@ pub fn flush_deferred() -> usize {
     // still count in QUEUED until they are done.
     let jobs = std::mem::take(&mut *lock(&QUEUE));
     let mut waiting: Vec<Job> = Vec::new();
+    let mut done: Vec<Job> = Vec::new();
     for (ordinal, mut job) in jobs {
         if run(ordinal, &mut *job) {
             QUEUED.fetch_sub(1, Ordering::AcqRel);
+            done.push((ordinal, job));
         } else {
             waiting.push((ordinal, job));
         }
     }
-    let mut queue = lock(&QUEUE);
-    if !waiting.is_empty() {
-        // Jobs queued meanwhile go after the older ones.
-        waiting.append(&mut queue);
-        *queue = waiting;
+    let left = {
+        let mut queue = lock(&QUEUE);
+        if !waiting.is_empty() {
+            // Jobs queued meanwhile go after the older ones.
+            waiting.append(&mut queue);
+            *queue = waiting;
+        }
+        queue.len()
+    };
+    drop(gate);
+    for (ordinal, job) in done {
+        dispose(ordinal, job);
     }
-    queue.len()
+    left
 }
 
 /// Driver errors met in `Drop` on one device: the count, and the last one.

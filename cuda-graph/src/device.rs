@@ -287,29 +287,41 @@ impl Device {
     /// later ([`deferred`]), with this device's context made current first and the device
     /// handed to it: a drop may run where no context is current (on a new thread, on the
     /// crate's release thread), and there a driver call may crash the process
-    /// (`add_kernel_node` did). The job runs even when the context cannot be made current (the
-    /// error is recorded): it may hold what the GPU still uses, which must not be let go of
-    /// undone.
+    /// (`add_kernel_node` did). Where the context cannot be made current the job does not run:
+    /// it stays queued, and is tried again at the next flush (the error is recorded once per
+    /// job). What it releases is kept meanwhile, never let go of without its driver calls.
     pub(crate) fn release(&self, mut job: impl FnMut(&Device) -> bool + Send + 'static) {
-        let device = self.clone();
-        deferred::release(self.ordinal(), move || device.run_bound(&mut job));
+        let (device, mut reported) = (self.clone(), false);
+        deferred::release(self.ordinal(), move || {
+            device.run_bound(&mut job, &mut reported)
+        });
     }
 
     /// [`release`](Device::release) through [`deferred::release_after`].
     pub(crate) fn release_after(&self, mut job: impl FnMut(&Device) -> bool + Send + 'static) {
-        let device = self.clone();
-        deferred::release_after(self.ordinal(), move || device.run_bound(&mut job));
+        let (device, mut reported) = (self.clone(), false);
+        deferred::release_after(self.ordinal(), move || {
+            device.run_bound(&mut job, &mut reported)
+        });
     }
 
     /// [`release`](Device::release) through [`deferred::enqueue`]: queued without being tried.
     pub(crate) fn enqueue_release(&self, mut job: impl FnMut(&Device) -> bool + Send + 'static) {
-        let device = self.clone();
-        deferred::enqueue(self.ordinal(), Box::new(move || device.run_bound(&mut job)));
+        let (device, mut reported) = (self.clone(), false);
+        deferred::enqueue(
+            self.ordinal(),
+            Box::new(move || device.run_bound(&mut job, &mut reported)),
+        );
     }
 
-    fn run_bound(&self, job: &mut impl FnMut(&Device) -> bool) -> bool {
+    /// Runs `job` with the context current; `false` (not done) without running it where the
+    /// context cannot be made current, the error recorded unless `reported` says it was.
+    fn run_bound(&self, job: &mut impl FnMut(&Device) -> bool, reported: &mut bool) -> bool {
         if let Err(e) = self.bind() {
-            self.record_drop_error(e);
+            if !std::mem::replace(reported, true) {
+                self.record_drop_error(e);
+            }
+            return false;
         }
         job(self)
     }

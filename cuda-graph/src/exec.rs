@@ -825,7 +825,7 @@ impl ExecGraph {
                     }
                 }
             }
-            drop(keep.take());
+            // `keep` goes with the job, dropped after the gate.
             true
         });
     }

@@ -128,20 +128,21 @@ impl Drop for Graph {
         for allocation in self.record.freed() {
             allocation.register_free(self.id, false);
         }
-        // Let go of in a release, where a panic in the drop of a value it holds (a host
-        // closure's capture) is caught and recorded, as for the other holders of the list.
-        let mut keep = Some(std::mem::take(&mut self.keep));
+        // Let go of with the release's job, once done: after the gate, where a panic in the
+        // drop of a value it holds (a host closure's capture) is caught and recorded, as for
+        // the other holders of the list.
+        let keep = std::mem::take(&mut self.keep);
         if self.owns_raw {
             let raw = self.raw as usize;
             self.device.release(move |device| {
+                let _held = &keep;
                 // SAFETY: owned; destroyed once. Executable graphs do not depend on it.
                 device.record(driver!(unsafe { sys::cuGraphDestroy(raw as sys::CUgraph) }));
-                drop(keep.take());
                 true
             });
         } else {
             crate::deferred::release(self.device.ordinal(), move || {
-                drop(keep.take());
+                let _held = &keep;
                 true
             });
         }
@@ -1110,12 +1111,12 @@ fn retain_keep(graph: &Graph) -> Result<()> {
         // once, when the last reference is released.
         let payload = unsafe { Box::from_raw(data.cast::<Payload>()) };
         let (ordinal, keep) = *payload;
-        // Driver thread: no CUDA here. The crate's release thread runs the release.
-        let mut keep = Some(keep);
+        // Driver thread: no CUDA here. The crate's release thread lets go of the list with
+        // the job, once done.
         crate::deferred::enqueue_from_driver(
             ordinal,
             Box::new(move || {
-                drop(keep.take());
+                let _held = &keep;
                 true
             }),
         );

@@ -247,19 +247,15 @@ impl Drop for HostMemory {
     fn drop(&mut self) {
         let uses =
             std::mem::take(&mut self.state.get_mut().unwrap_or_else(|e| e.into_inner()).uses);
-        let (ptr, device, free) = (self.ptr as usize, self.device.clone(), self.free);
+        let (ptr, free) = (self.ptr as usize, self.free);
         if let Err(e) = uses.tracked() {
             // Work on it may never end as far as the crate can tell: kept for the rest of the
             // process.
-            device.record_drop_error(e);
+            self.device.record_drop_error(e);
             return;
         }
-        deferred::release_after(device.ordinal(), move || {
-            // What is not released for want of the context is kept: never freed under the GPU.
-            if let Err(e) = device.bind() {
-                device.record_drop_error(e);
-                return true;
-            }
+        // Not released for want of the context: kept, and tried again (`Device::release`).
+        self.device.release_after(move |device| {
             for event in uses.events() {
                 match event.is_complete_bound() {
                     Ok(false) => return false,

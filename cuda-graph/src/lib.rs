@@ -263,7 +263,17 @@
 //! owned [`Stream`] (other streams capture through [`capture`], whose closure cannot lose the
 //! guard): `tests/compile-fail/capture_guard_needs_an_owned_stream`.
 //! A host node's function runs on a driver thread: there the crate refuses to bind a context
-//! and queues releases.
+//! and queues releases. No user code runs under the gate: what a finished release held (a keep
+//! list, with a host closure's captures) is dropped once the thread lets go of it, so a user's
+//! `Drop` that waits for a thread beginning a capture does not wait for itself
+//! (`tests/attack_release_stub.rs`).
+//!
+//! **A release makes its driver calls with the device's context current.** A value may be
+//! dropped on a thread where no context is current, where a driver call may kill the process
+//! (`cuGraphAddKernelNode` did: `graph_built_where_no_context_is_current`). Each release makes
+//! the context current first; where it cannot, it makes no driver call: it stays queued and is
+//! tried again at the next flush, what it would free is kept meanwhile, and the error is
+//! recorded once (`tests/context_audit_stub.rs`, `tests/attack_release_stub.rs`).
 //!
 //! **The checks are not optional in safe code.** [`Graph::instantiate_unchecked`] is `unsafe`
 //! (`tests/compile-fail/instantiate_unchecked_needs_unsafe`); a child graph moved into a parent

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use bytemuck::Pod;
 
 use crate::alloc::GraphAllocation;
-use crate::deferred;
 use crate::device::Device;
 use crate::error::{Error, Result, driver};
 use crate::handle::Handle;
@@ -101,12 +100,8 @@ pub struct BufferMemory {
 
 impl Drop for BufferMemory {
     fn drop(&mut self) {
-        let (ptr, device) = (self.ptr, self.device.clone());
-        deferred::release(device.ordinal(), move || {
-            if let Err(e) = device.bind() {
-                device.record_drop_error(e);
-                return true;
-            }
+        let ptr = self.ptr;
+        self.device.release(move |device| {
             // SAFETY: allocated by cuMemAlloc and freed once, when no node, launch or handle
             // refers to it; cuMemFree waits for work using it.
             device.record(driver!(unsafe { sys::cuMemFree(ptr) }));

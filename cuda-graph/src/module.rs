@@ -36,12 +36,8 @@ unsafe impl Sync for ModuleInner {}
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        let (raw, device) = (self.raw as usize, self.device.clone());
-        deferred::release(device.ordinal(), move || {
-            if let Err(e) = device.bind() {
-                device.record_drop_error(e);
-                return true;
-            }
+        let raw = self.raw as usize;
+        self.device.release(move |device| {
             // SAFETY: loaded in `Module::load`, unloaded once, when no Function, graph or
             // executable graph refers to it.
             let unloaded = driver!(unsafe { sys::cuModuleUnload(raw as sys::CUmodule) });

@@ -7,14 +7,10 @@
 //! one thread and using or dropping it on a new one (the crate's handles are `Send`), and the
 //! crate's deferred releases run on whatever thread flushes them, or on its own release thread.
 //!
-//! The driver is `stub-driver/null_cuda.c` with the current context kept per thread, and every
-//! driver function other than the init, device and context queries wrapped: a call made while
-//! no context is current on the calling thread is logged (function and thread name), and the
-//! log is read back through `audit_len`/`audit_name`/`audit_thread`/`audit_clear`. The wrappers
-//! of the stub's own functions are generated from `null_cuda.c` at test time; what the stub
-//! lacks (memset, memcpy, host, event and child nodes, launches, pools, host memory, ...) is
-//! added below, doing nothing but hand out handles. Stream capture is simulated as in the stub,
-//! plus fork/join: a stream that waits for an event recorded in the capture joins it.
+//! The driver is the context-tracking variant of `stub-driver/null_cuda.c` (`context_common`):
+//! the current context kept per thread, and every driver function other than the init, device
+//! and context queries logged with whether a context was current on the calling thread and the
+//! thread's name. Stream capture is simulated as in the stub, plus fork/join.
 //!
 //! Each scenario runs a value made on the main thread (where the context is current) through
 //! one API call or drop on a new thread named `fresh`, and prints `AUDIT <step>: <calls>`: the
@@ -24,38 +20,16 @@
 
 #![allow(clippy::undocumented_unsafe_blocks, clippy::missing_panics_doc)]
 
-use std::ffi::{CStr, c_char, c_int};
-use std::fmt::Debug;
-use std::path::PathBuf;
-use std::sync::OnceLock;
+mod context_common;
 
+use std::fmt::Debug;
+
+use context_common::{BYTES, N, cfg, not_ready, stub, try_on_fresh};
 use cuda_graph::{
     Access, AllocParams, AsStream, BorrowedStream, CaptureMode, ConditionalKind, Device,
-    DeviceBuffer, Event, Function, Graph, InstantiateFlags, KernelArgs, LaunchConfig,
-    ManagedBuffer, MemPool, Module, PinnedBuffer, Stream, StreamAllocation, StreamMemOps, capture,
-    flush_deferred,
+    DeviceBuffer, Event, Function, Graph, InstantiateFlags, KernelArgs, ManagedBuffer, MemPool,
+    Module, PinnedBuffer, Stream, StreamAllocation, StreamMemOps, capture, flush_deferred,
 };
-
-const BYTES: usize = 1 << 20;
-const N: u64 = (BYTES / 4) as u64;
-const CHILD_VAR: &str = "CONTEXT_AUDIT_CHILD";
-
-/// Functions of `null_cuda.c` that are not wrapped: init, device and context queries.
-const NOT_LOGGED: &[&str] = &[
-    "cuInit",
-    "cuDriverGetVersion",
-    "cuDeviceGet",
-    "cuDeviceGetCount",
-    "cuDeviceGetAttribute",
-    "cuDeviceGetName",
-    "cuDeviceTotalMem_v2",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxGetCurrent",
-    "cuCtxSetCurrent",
-    "cuGetErrorName",
-    "cuGetErrorString",
-];
 
 /// The calls allowed where no context is current: a graph and its topology belong to no
 /// context. `bench/probe/no_context.cu` found `cuGraphCreate`, `cuGraphAddMemAllocNode`,
@@ -76,333 +50,14 @@ const TOPOLOGY: &[&str] = &[
     "cuGraphNodeGetDependentNodes_v2",
 ];
 
-/// Functions of `null_cuda.c` whose wrappers are written by hand in `EXTRAS` (fork/join
-/// simulation, the not-ready switch).
-const HAND_WRAPPED: &[&str] = &[
-    "cuStreamQuery",
-    "cuStreamIsCapturing",
-    "cuStreamGetCaptureInfo_v3",
-    "cuMemAllocAsync",
-    "cuMemFreeAsync",
-    "cuLaunchKernel",
-    "cuStreamEndCapture",
-];
-
-/// The head of the variant: feature macros and the renames of wrapped functions come first.
-const HEAD: &str = r#"
-#define _GNU_SOURCE
-#define cuCtxGetCurrent null_orig_cuCtxGetCurrent
-#define cuCtxSetCurrent null_orig_cuCtxSetCurrent
-"#;
-
-/// What the stub gets on top of `null_cuda.c` (before the generated wrappers).
-const EXTRAS: &str = r#"
-#undef cuCtxGetCurrent
-#undef cuCtxSetCurrent
-#include <pthread.h>
-#include <stdio.h>
-
-/* The current context, per thread, as the driver keeps it. */
-static __thread void *thread_current;
-CUresult cuCtxGetCurrent(void **c) { *c = thread_current; return 0; }
-CUresult cuCtxSetCurrent(void *c) { thread_current = c; return 0; }
-
-/* The audit log: calls made while no context is current on the calling thread. */
-enum { AUDIT_MAX = 1 << 16 };
-static struct { const char *name; char thread[32]; } audit_entries[AUDIT_MAX];
-static int audit_count, audit_lock;
-static void audit(const char *name)
-{
-    if (thread_current)
-        return;
-    char t[32] = "?";
-    pthread_getname_np(pthread_self(), t, sizeof t);
-    while (__atomic_exchange_n(&audit_lock, 1, __ATOMIC_ACQUIRE)) {}
-    if (audit_count < AUDIT_MAX) {
-        audit_entries[audit_count].name = name;
-        memcpy(audit_entries[audit_count].thread, t, sizeof t);
-        audit_count++;
-    }
-    __atomic_store_n(&audit_lock, 0, __ATOMIC_RELEASE);
-}
-int audit_len(void) { return __atomic_load_n(&audit_count, __ATOMIC_SEQ_CST); }
-const char *audit_name(int i) { return audit_entries[i].name; }
-const char *audit_thread(int i) { return audit_entries[i].thread; }
-void audit_clear(void)
-{
-    while (__atomic_exchange_n(&audit_lock, 1, __ATOMIC_ACQUIRE)) {}
-    audit_count = 0;
-    __atomic_store_n(&audit_lock, 0, __ATOMIC_RELEASE);
-}
-#define AUDIT audit(__func__)
-
-/* While set, cuEventQuery and cuStreamQuery report CUDA_ERROR_NOT_READY (work in flight). */
-static int not_ready;
-void audit_not_ready(int on) { __atomic_store_n(&not_ready, on, __ATOMIC_SEQ_CST); }
-
-/* Fork/join: a stream that waits for an event recorded in the capture joins it; calls on it
- * then act on the capturing stream. */
-enum { JOIN_MAX = 64 };
-static void *joined[JOIN_MAX], *capture_events[JOIN_MAX];
-static int joined_count, capture_event_count;
-static int is_joined(void *s)
-{
-    for (int i = 0; i < joined_count; i++)
-        if (joined[i] == s) return 1;
-    return 0;
-}
-static void *audit_map(void *s) { return s && capture_stream && is_joined(s) ? capture_stream : s; }
-
-CUresult cuStreamQuery(void *s)
-{
-    AUDIT;
-    if (__atomic_load_n(&not_ready, __ATOMIC_SEQ_CST)) return 600;
-    return null_orig_cuStreamQuery(s);
-}
-CUresult cuStreamIsCapturing(void *s, int *status) { AUDIT; return null_orig_cuStreamIsCapturing(audit_map(s), status); }
-CUresult cuStreamGetCaptureInfo_v3(void *s, int *status, unsigned long long *id, void **graph,
-                                   void *const **deps, const void **edge_data, size_t *count)
-{
-    AUDIT;
-    return null_orig_cuStreamGetCaptureInfo_v3(audit_map(s), status, id, graph, deps, edge_data, count);
-}
-CUresult cuMemAllocAsync(unsigned long long *p, size_t bytes, void *s) { AUDIT; return null_orig_cuMemAllocAsync(p, bytes, audit_map(s)); }
-CUresult cuMemFreeAsync(unsigned long long p, void *s) { AUDIT; return null_orig_cuMemFreeAsync(p, audit_map(s)); }
-CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                        unsigned bz, unsigned shared, void *s, void **params, void **extra)
-{
-    AUDIT;
-    return null_orig_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, audit_map(s), params, extra);
-}
-CUresult cuStreamEndCapture(void *s, void **g)
-{
-    AUDIT;
-    CUresult r = null_orig_cuStreamEndCapture(s, g);
-    joined_count = capture_event_count = 0;
-    return r;
-}
-
-/* What null_cuda.c lacks. */
-CUresult cuCtxGetDevice(int *d) { AUDIT; *d = 0; return 0; }
-CUresult cuCtxSynchronize(void) { AUDIT; return 0; }
-CUresult cuDeviceCanAccessPeer(int *can, int a, int b) { (void)a; (void)b; *can = 1; return 0; }
-CUresult cuDeviceGetGraphMemAttribute(int d, int attr, void *value)
-{ AUDIT; (void)d; (void)attr; *(unsigned long long *)value = 0; return 0; }
-CUresult cuDeviceSetGraphMemAttribute(int d, int attr, void *value)
-{ AUDIT; (void)d; (void)attr; (void)value; return 0; }
-CUresult cuDeviceGraphMemTrim(int d) { AUDIT; (void)d; return 0; }
-
-CUresult cuEventRecord(void *e, void *s)
-{
-    AUDIT;
-    if (s && (s == capture_stream || is_joined(s)) && capture_event_count < JOIN_MAX)
-        capture_events[capture_event_count++] = e;
-    return 0;
-}
-CUresult cuStreamWaitEvent(void *s, void *e, unsigned flags)
-{
-    AUDIT;
-    (void)flags;
-    for (int i = 0; i < capture_event_count; i++)
-        if (capture_events[i] == e && s != capture_stream && !is_joined(s) && joined_count < JOIN_MAX)
-            joined[joined_count++] = s;
-    return 0;
-}
-CUresult cuEventQuery(void *e) { AUDIT; (void)e; return __atomic_load_n(&not_ready, __ATOMIC_SEQ_CST) ? 600 : 0; }
-CUresult cuEventSynchronize(void *e) { AUDIT; (void)e; return 0; }
-CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { AUDIT; (void)a; (void)b; *ms = 1.0f; return 0; }
-CUresult cuStreamCreate(void **s, unsigned flags) { AUDIT; (void)flags; *s = handle(); return 0; }
-
-CUresult cuGraphAddChildGraphNode(void **n, void *g, const void *deps, size_t count, void *child)
-{ AUDIT; (void)g; (void)deps; (void)count; (void)child; *n = handle(); return 0; }
-CUresult cuGraphAddEventRecordNode(void **n, void *g, const void *deps, size_t count, void *e)
-{ AUDIT; (void)g; (void)deps; (void)count; (void)e; *n = handle(); return 0; }
-CUresult cuGraphAddEventWaitNode(void **n, void *g, const void *deps, size_t count, void *e)
-{ AUDIT; (void)g; (void)deps; (void)count; (void)e; *n = handle(); return 0; }
-CUresult cuGraphAddHostNode(void **n, void *g, const void *deps, size_t count, const void *p)
-{ AUDIT; (void)g; (void)deps; (void)count; (void)p; *n = handle(); return 0; }
-CUresult cuGraphAddMemcpyNode(void **n, void *g, const void *deps, size_t count, const void *p, void *c)
-{ AUDIT; (void)g; (void)deps; (void)count; (void)p; (void)c; *n = handle(); return 0; }
-CUresult cuGraphAddMemsetNode(void **n, void *g, const void *deps, size_t count, const void *p, void *c)
-{ AUDIT; (void)g; (void)deps; (void)count; (void)p; (void)c; *n = handle(); return 0; }
-/* CUgraphNodeParams: the type, 12 reserved bytes, then the union; for a conditional node
- * (type 13), CUDA_CONDITIONAL_NODE_PARAMS: handle (8), type (4), size (4), phGraph_out. */
-CUresult cuGraphAddNode_v2(void **n, void *g, const void *deps, const void *data, size_t count, void *p)
-{
-    AUDIT;
-    (void)g; (void)deps; (void)data; (void)count;
-    if (*(int *)p == 13) {
-        unsigned size = *(unsigned *)((char *)p + 28);
-        void **bodies = malloc(size * sizeof *bodies);
-        for (unsigned i = 0; i < size; i++)
-            bodies[i] = handle();
-        *(void ***)((char *)p + 32) = bodies;
-    }
-    *n = handle();
-    return 0;
-}
-CUresult cuGraphConditionalHandleCreate(unsigned long long *h, void *g, void *ctx, unsigned v, unsigned flags)
-{ AUDIT; (void)g; (void)ctx; (void)v; (void)flags; *h = (unsigned long long)(uintptr_t)handle(); return 0; }
-CUresult cuGraphDebugDotPrint(void *g, const char *path, unsigned flags)
-{
-    AUDIT;
-    (void)g; (void)flags;
-    FILE *f = fopen(path, "w");
-    if (!f) return 1;
-    fputs("digraph audit {}\n", f);
-    fclose(f);
-    return 0;
-}
-CUresult cuGraphExecKernelNodeSetParams_v2(void *e, void *node, const void *p)
-{ AUDIT; (void)e; (void)node; (void)p; return 0; }
-CUresult cuGraphInstantiateWithParams(void **e, void *g, void *params)
-{ AUDIT; (void)params; return null_orig_cuGraphInstantiateWithFlags(e, g, 0); }
-CUresult cuGraphLaunch(void *e, void *s) { AUDIT; (void)e; (void)s; return 0; }
-CUresult cuGraphUpload(void *e, void *s) { AUDIT; (void)e; (void)s; return 0; }
-CUresult cuGraphGetRootNodes(void *g, void **nodes, size_t *count) { AUDIT; (void)g; (void)nodes; *count = 0; return 0; }
-CUresult cuGraphNodeGetDependencies_v2(void *node, void **deps, void *data, size_t *count)
-{ AUDIT; (void)node; (void)deps; (void)data; *count = 0; return 0; }
-CUresult cuGraphNodeGetDependentNodes_v2(void *node, void **deps, void *data, size_t *count)
-{ AUDIT; (void)node; (void)deps; (void)data; *count = 0; return 0; }
-/* Node parameters are not kept: CUDA_ERROR_INVALID_VALUE (the call is logged all the same). */
-CUresult cuGraphKernelNodeGetParams_v2(void *node, void *p) { AUDIT; (void)node; (void)p; return 1; }
-CUresult cuGraphMemsetNodeGetParams(void *node, void *p) { AUDIT; (void)node; (void)p; return 1; }
-CUresult cuGraphMemcpyNodeGetParams(void *node, void *p) { AUDIT; (void)node; (void)p; return 1; }
-
-CUresult cuMemAlloc_v2(unsigned long long *p, size_t bytes)
-{ AUDIT; (void)bytes; *p = __atomic_add_fetch(&next_address, 1 << 20, __ATOMIC_RELAXED); return 0; }
-CUresult cuMemFree_v2(unsigned long long p) { AUDIT; (void)p; return 0; }
-CUresult cuMemAllocManaged(unsigned long long *p, size_t bytes, unsigned flags)
-{ AUDIT; (void)flags; *p = (unsigned long long)(uintptr_t)calloc(1, bytes ? bytes : 1); return 0; }
-CUresult cuMemAllocFromPoolAsync(unsigned long long *p, size_t bytes, void *pool, void *s)
-{ AUDIT; (void)pool; return null_orig_cuMemAllocAsync(p, bytes, audit_map(s)); }
-CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned flags)
-{ AUDIT; (void)flags; *pp = calloc(1, bytes ? bytes : 1); return *pp ? 0 : 2; }
-CUresult cuMemFreeHost(void *p) { AUDIT; free(p); return 0; }
-CUresult cuMemPoolCreate(void **pool, const void *props) { AUDIT; (void)props; *pool = handle(); return 0; }
-CUresult cuMemPoolDestroy(void *pool) { AUDIT; (void)pool; return 0; }
-CUresult cuMemPoolGetAccess(int *flags, void *pool, void *location)
-{ AUDIT; (void)pool; (void)location; *flags = 3; return 0; }
-CUresult cuMemPoolSetAccess(void *pool, const void *map, size_t count)
-{ AUDIT; (void)pool; (void)map; (void)count; return 0; }
-/* Captured copies and memsets become nodes of the simulated capture (1: memcpy, 2: memset). */
-CUresult cuMemcpyAsync(unsigned long long d, unsigned long long src, size_t n, void *s)
-{ AUDIT; (void)d; (void)src; return capture_node(audit_map(s), 1, 0, n); }
-CUresult cuMemcpyHtoDAsync_v2(unsigned long long d, const void *src, size_t n, void *s)
-{ AUDIT; (void)d; (void)src; return capture_node(audit_map(s), 1, 0, n); }
-CUresult cuMemcpyDtoHAsync_v2(void *d, unsigned long long src, size_t n, void *s)
-{ AUDIT; (void)d; (void)src; return capture_node(audit_map(s), 1, 0, n); }
-CUresult cuMemcpyHtoD_v2(unsigned long long d, const void *src, size_t n)
-{ AUDIT; (void)d; (void)src; (void)n; return 0; }
-CUresult cuMemcpyDtoH_v2(void *d, unsigned long long src, size_t n)
-{ AUDIT; (void)src; memset(d, 0, n); return 0; }
-CUresult cuMemsetD8_v2(unsigned long long p, unsigned char v, size_t n)
-{ AUDIT; (void)p; (void)v; (void)n; return 0; }
-CUresult cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, void *s)
-{ AUDIT; (void)v; return capture_node(audit_map(s), 2, p, n); }
-CUresult cuMemsetD16Async(unsigned long long p, unsigned short v, size_t n, void *s)
-{ AUDIT; (void)v; return capture_node(audit_map(s), 2, p, n * 2); }
-CUresult cuMemsetD32Async(unsigned long long p, unsigned v, size_t n, void *s)
-{ AUDIT; (void)v; return capture_node(audit_map(s), 2, p, n * 4); }
-"#;
-
-/// A function of `null_cuda.c`: its name, parameter list and argument names.
-struct CFunction {
-    name: String,
-    params: String,
-    args: Vec<String>,
-}
-
-/// The stub's exported `CUresult cu*(...)` functions, parsed from its source.
-fn stub_functions() -> Vec<CFunction> {
-    let src = cuda_graph_tests::STUB_DRIVER_SOURCE;
-    let mut out = Vec::new();
-    let mut rest = src;
-    while let Some(at) = rest.find("\nCUresult cu") {
-        let start = at + "\nCUresult ".len();
-        let open = start + rest[start..].find('(').unwrap();
-        let close = open + rest[open..].find(')').unwrap();
-        let name = rest[start..open].trim().to_string();
-        let params = rest[open + 1..close]
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
-        let args = if params == "void" {
-            Vec::new()
-        } else {
-            params
-                .split(',')
-                .map(|p| {
-                    let p = p.trim();
-                    let begin = p
-                        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .map_or(0, |i| i + 1);
-                    p[begin..].to_string()
-                })
-                .collect()
-        };
-        out.push(CFunction { name, params, args });
-        rest = &rest[close..];
-    }
-    out
-}
-
-/// The audit variant of the stub, built once per machine.
-fn stub_path() -> Result<PathBuf, String> {
-    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let functions: Vec<CFunction> = stub_functions()
-            .into_iter()
-            .filter(|f| !NOT_LOGGED.contains(&f.name.as_str()))
-            .collect();
-        let mut prefix = String::from(HEAD);
-        let mut extras = String::new();
-        for f in &functions {
-            prefix += &format!("#define {0} null_orig_{0}\n", f.name);
-            extras += &format!("#undef {}\n", f.name);
-        }
-        extras += EXTRAS;
-        for f in &functions {
-            if HAND_WRAPPED.contains(&f.name.as_str()) {
-                continue;
-            }
-            extras += &format!(
-                "CUresult {0}({1}) {{ AUDIT; return null_orig_{0}({2}); }}\n",
-                f.name,
-                f.params,
-                f.args.join(", ")
-            );
-        }
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("context-audit-stub");
-        cuda_graph_tests::build_stub_variant(&dir, "null_context_audit", &prefix, &extras)
-    })
-    .clone()
-}
-
-/// The stub's function `name`, of type `F` (a C function pointer type).
-fn stub_fn<F: Copy>(name: &str) -> F {
-    // SAFETY: this file names the stub's functions with their C types.
-    unsafe { cuda_graph_tests::stub_variant_fn(&stub_path().expect("the stub was built"), name) }
-}
-
-/// The log so far, as (function, thread), and clears it.
+/// The calls made with no context current since the log was last taken, as (function, thread),
+/// and clears the log.
 fn take_log() -> Vec<(String, String)> {
-    let len: extern "C" fn() -> c_int = stub_fn("audit_len");
-    let name: extern "C" fn(c_int) -> *const c_char = stub_fn("audit_name");
-    let thread: extern "C" fn(c_int) -> *const c_char = stub_fn("audit_thread");
-    let clear: extern "C" fn() = stub_fn("audit_clear");
-    let text = |p: *const c_char| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
-    let log = (0..len())
-        .map(|i| (text(name(i)), text(thread(i))))
-        .collect();
-    clear();
-    log
-}
-
-/// Makes cuEventQuery and cuStreamQuery report work in flight (`true`) or done.
-fn not_ready(on: bool) {
-    let f: extern "C" fn(c_int) = stub_fn("audit_not_ready");
-    f(c_int::from(on));
+    context_common::take_log()
+        .into_iter()
+        .filter(|call| !call.ctx)
+        .map(|call| (call.name, call.thread))
+        .collect()
 }
 
 /// Prints `AUDIT <label>: <calls>`, the log deduplicated in order, with counts, and notes
@@ -451,13 +106,7 @@ fn report(label: &str) {
 /// with no context current since the step began. `None` when `f` panicked.
 fn step<T: Send>(label: &str, f: impl FnOnce() -> T + Send) -> Option<T> {
     let _ = take_log();
-    let out = std::thread::scope(|s| {
-        std::thread::Builder::new()
-            .name("fresh".into())
-            .spawn_scoped(s, f)
-            .unwrap()
-            .join()
-    });
+    let out = try_on_fresh(f);
     // Let the crate's release thread finish what the step woke it for.
     std::thread::sleep(std::time::Duration::from_millis(30));
     if out.is_err() {
@@ -498,51 +147,15 @@ fn ok<T, E: Debug>(what: &str, r: Result<T, E>) -> Option<T> {
     }
 }
 
-/// The device of the stub, a module and its `fill_u32(p, n, v)` (on the main thread, where
-/// loading the module made the context current).
-fn stub() -> (Device, Module, Function) {
-    cuda_graph_tests::stub_variant_device(&stub_path().expect("the stub was built"))
-}
-
-fn cfg() -> LaunchConfig {
-    LaunchConfig::for_elements(N, 256)
-}
-
-/// Runs the test `name`'s `body` in a child process against the audit stub and prints its
-/// `AUDIT` lines; fails when the child fails (a step made a call outside `TOPOLOGY` with no
-/// context current, among others) or runs past 60 s.
+/// Runs the test `name`'s `body` in a child process against the stub and prints its `AUDIT`
+/// lines; fails when the child fails (a step made a call outside `TOPOLOGY` with no context
+/// current, among others) or runs past 60 s.
 fn isolated(name: &str, body: fn()) {
-    if std::env::var(CHILD_VAR).as_deref() == Ok(name) {
+    let body = || {
         body();
         assert_all_bound();
-        return;
-    }
-    if let Err(why) = stub_path() {
-        assert!(
-            !cuda_graph_tests::stub_required(),
-            "{name}: the audit stub could not be built ({why})"
-        );
-        println!("SKIPPED {name}: the audit stub could not be built ({why})");
-        return;
-    }
-    let (status, text) = cuda_graph_tests::run_test_in_child(
-        name,
-        CHILD_VAR,
-        &[],
-        std::time::Duration::from_secs(60),
-    );
-    println!("==== {name}");
-    for line in text
-        .lines()
-        .filter_map(|l| l.find("AUDIT ").map(|at| &l[at..]))
-    {
-        println!("{line}");
-    }
-    match status {
-        None => panic!("{name}: no result after 60 s (deadlock)\n{text}"),
-        Some(s) if !s.success() => panic!("{name} failed:\n{text}"),
-        Some(_) => {}
-    }
+    };
+    context_common::isolated(name, body, |line| line.find("AUDIT ").map(|at| &line[at..]));
 }
 
 // ------------------------------------------------------------------ explicit graphs
@@ -1499,7 +1112,7 @@ fn deferred_releases() {
     isolated("deferred_releases", deferred_body);
 }
 
-/// Guards the audit's own machinery: the stub logs a call made with no context current and
+/// Guards the audit's own machinery: its log holds a call made with no context current and
 /// none made with one.
 #[test]
 fn the_audit_stub_logs_calls_without_a_context() {
