@@ -70,8 +70,11 @@ static GATE: RwLock<()> = RwLock::new(());
 thread_local! {
     /// How many [`Gate`]s this thread holds (a release may drop values whose release nests).
     static GATE_DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// Finished jobs whose drop waits until this thread lets go of the gate ([`dispose`]).
+    /// Finished jobs whose drop waits until this thread lets go of the gate ([`dispose`])...
     static AFTER_GATE: RefCell<Vec<Job>> = const { RefCell::new(Vec::new()) };
+    /// ...and whether it holds any: the outermost [`Gate`]'s drop, on every launch's path,
+    /// reads this flag rather than the list.
+    static AFTER_GATE_PENDING: Cell<bool> = const { Cell::new(false) };
     /// Whether this thread runs a host node's function (a driver thread, where CUDA must not
     /// be called).
     static IN_HOST_FUNCTION: Cell<bool> = const { Cell::new(false) };
@@ -120,12 +123,15 @@ pub(crate) fn hold_gate() -> Gate {
 }
 
 impl Drop for Gate {
+    #[inline]
     fn drop(&mut self) {
         let depth = GATE_DEPTH.get() - 1;
         GATE_DEPTH.set(depth);
         if depth == 0 {
             drop(self.held.take());
-            drop_after_gate();
+            if AFTER_GATE_PENDING.get() {
+                drop_after_gate();
+            }
         }
     }
 }
@@ -140,6 +146,9 @@ fn dispose(ordinal: usize, job: impl FnMut() -> bool + Send + 'static) {
         let mut job: Option<Job> = Some((ordinal, Box::new(job)));
         // Past the thread's local storage (its exit), it is dropped here.
         let _ = AFTER_GATE.try_with(|after| after.borrow_mut().extend(job.take()));
+        if job.is_none() {
+            AFTER_GATE_PENDING.set(true);
+        }
         if let Some((ordinal, job)) = job {
             drop_caught(ordinal, job);
         }
@@ -149,8 +158,11 @@ fn dispose(ordinal: usize, job: impl FnMut() -> bool + Send + 'static) {
 }
 
 /// Drops the jobs [`dispose`] put off on this thread, and those their drops put off in turn.
+#[cold]
+#[inline(never)]
 fn drop_after_gate() {
     loop {
+        AFTER_GATE_PENDING.set(false);
         let jobs = AFTER_GATE
             .try_with(|after| std::mem::take(&mut *after.borrow_mut()))
             .unwrap_or_default();
