@@ -673,7 +673,9 @@ impl ExecGraph {
     /// an allocation of another graph, that the executable graph does not track now (after an
     /// update, those of the graph it was updated from): so the lifetime checks made before
     /// still hold and the launches stay ordered after the allocation's. A new allocation takes
-    /// a new graph (and [`update`](ExecGraph::update), or an instantiation).
+    /// a new graph (and [`update`](ExecGraph::update), or an instantiation). Host memory (pinned or
+    /// managed) that `args` passes is tracked from then on as the graph's own: launches record
+    /// their use of it and are refused while a view of it is held.
     ///
     /// # Errors
     ///
@@ -709,10 +711,14 @@ impl ExecGraph {
                 format!("node {} is not a kernel node", node.index()),
             ));
         }
+        // Used by the node, and allocated in the graph (by an alloc node, or a moved child's)
+        // or tracked as another graph's.
         let covered = |a: &GraphAllocation| {
-            let key = graph.record.key_of(a);
-            key.is_some_and(|k| record.keys(MemRole::Use).any(|u| u == k))
-                && (a.owner_graph() == graph.id || self.foreign_uses.iter().any(|u| u.same(a)))
+            graph.record.key_of(a).is_some_and(|k| {
+                record.keys(MemRole::Use).any(|u| u == k)
+                    && (graph.record.roles(k) & ALLOCATES != 0
+                        || self.foreign_uses.iter().any(|u| u.same(a)))
+            })
         };
         if let Some(new) = args.graph_allocations().find(|a| !covered(a)) {
             return Err(Error::invalid(
@@ -752,6 +758,14 @@ impl ExecGraph {
         function.keep_in(&mut set);
         args.keep_unrecorded_in(&mut set);
         let set = set.share();
+        // Launches from now on record their use of the node's host memory and refuse to run
+        // while a view of it is held, as for the host memory the graph's nodes use.
+        let hosts = args.host_memories();
+        if !hosts.is_empty() {
+            let mut all = std::mem::take(&mut self.host_memory);
+            all.extend(hosts.into_iter().cloned());
+            self.host_memory = crate::host_memory::in_address_order(all);
+        }
         match self.node_keeps.iter_mut().find(|(at, _)| *at == index) {
             Some((_, previous)) => {
                 let previous = std::mem::replace(previous, set);

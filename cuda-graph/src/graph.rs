@@ -201,6 +201,13 @@ impl Graph {
     /// # Safety
     ///
     /// `raw` is a live graph for `device` that nothing else destroys or mutates from now on.
+    /// No executable graph made from it exists and no allocation of its alloc nodes is live
+    /// (allocated by a launch and not yet freed): its allocations are read back as new
+    /// [`GraphAllocation`]s, which know nothing of earlier instantiations and launches, so the
+    /// checks that refuse a second instantiation while the first one's allocations are live
+    /// (G.3.3) cannot see them. A graph handed over with [`Graph::into_raw`] and taken back
+    /// meets this once every executable graph made from it is dropped and each allocation that
+    /// outlived a launch is freed.
     pub unsafe fn from_raw(raw: sys::CUgraph, device: &Device) -> Result<Graph> {
         // No node is known beforehand: the driver describes each.
         let known = Vec::<(sys::CUgraphNode, Infallible)>::new();

@@ -446,7 +446,6 @@ impl Record {
 
     /// What the record does to the allocation of `key` (role bits); 0 for a key it does not
     /// have.
-    #[cfg(test)]
     pub(crate) fn roles(&self, key: AllocKey) -> u8 {
         self.allocations.get(key.0).map_or(0, |e| e.roles)
     }
