@@ -4,195 +4,26 @@
 //! allocated or used it; an allocation never live after a launch is never freed by a handle;
 //! and every node that names an allocation is in a record that holds it.
 //!
-//! The driver is `stub-driver/null_cuda.c` with a log of graph launches, event records, event
-//! waits and frees outside captures (the order the GPU would see them in), conditional nodes,
-//! and two faults for captures: a `cuStreamGetCaptureInfo` that fails, or reports no node,
-//! right after a captured kernel launch. Each test runs in a process of its own, under a
-//! watchdog that fails it after 60 s.
+//! The driver is the launch-log variant of `stub-driver/null_cuda.c` (`launch_log_common`): a
+//! log of graph launches, event records, event waits and frees outside captures (the order the
+//! GPU would see them in), conditional nodes, and two faults for captures: a
+//! `cuStreamGetCaptureInfo` that fails, or reports no node, right after a captured kernel
+//! launch. Each test runs in a process of its own, under a watchdog that fails it after 60 s.
 
 #![allow(clippy::undocumented_unsafe_blocks)]
 
+mod launch_log_common;
+
 use std::ffi::c_int;
-use std::path::PathBuf;
-use std::sync::OnceLock;
 
 use cuda_graph::{
-    AllocParams, AsStream, BorrowedStream, CaptureMode, ConditionalKind, Device, DeviceBuffer,
-    Error, ExecGraph, Function, Graph, GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig,
-    Module, Stream, capture, flush_deferred,
+    AllocParams, AsStream, BorrowedStream, CaptureMode, ConditionalKind, DeviceBuffer, Error,
+    ExecGraph, Function, Graph, GraphAllocation, InstantiateFlags, KernelArgs, Stream, capture,
+    flush_deferred,
 };
-
-const BYTES: usize = 1 << 20;
-const N: u64 = (BYTES / 4) as u64;
-
-/// What the stub gets on top of `null_cuda.c`; the functions it wraps are renamed away.
-const PREFIX: &str = r#"
-#define cuStreamGetCaptureInfo_v3 null_orig_cuStreamGetCaptureInfo_v3
-#define cuMemFreeAsync null_orig_cuMemFreeAsync
-#define cuLaunchKernel null_orig_cuLaunchKernel
-"#;
-
-const EXTRAS: &str = r#"
-#undef cuStreamGetCaptureInfo_v3
-#undef cuMemFreeAsync
-#undef cuLaunchKernel
-
-/* The log: 1 launch (exec, stream), 2 event record (event, stream), 3 event wait (stream,
- * event), 4 free outside a capture (address, stream). */
-enum { LOG_MAX = 1 << 16 };
-static struct { int kind; unsigned long long a, b; } entries[LOG_MAX];
-static int entry_count;
-static int log_lock;
-static void note(int kind, const void *a, const void *b)
-{
-    while (__atomic_exchange_n(&log_lock, 1, __ATOMIC_ACQUIRE)) {}
-    if (entry_count < LOG_MAX) {
-        entries[entry_count].kind = kind;
-        entries[entry_count].a = (unsigned long long)(uintptr_t)a;
-        entries[entry_count].b = (unsigned long long)(uintptr_t)b;
-        entry_count++;
-    }
-    __atomic_store_n(&log_lock, 0, __ATOMIC_RELEASE);
-}
-int keep_log_len(void) { return __atomic_load_n(&entry_count, __ATOMIC_SEQ_CST); }
-void keep_log_at(int i, unsigned long long *out)
-{
-    out[0] = (unsigned long long)entries[i].kind;
-    out[1] = entries[i].a;
-    out[2] = entries[i].b;
-}
-
-CUresult cuGraphLaunch(void *e, void *s) { note(1, e, s); return 0; }
-CUresult cuEventRecord(void *e, void *s) { note(2, e, s); return 0; }
-CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)f; note(3, s, e); return 0; }
-CUresult cuMemFreeAsync(unsigned long long p, void *s)
-{
-    if (!(s && s == capture_stream))
-        note(4, (void *)(uintptr_t)p, s);
-    return null_orig_cuMemFreeAsync(p, s);
-}
-CUresult cuEventQuery(void *e) { (void)e; return 0; }
-CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
-CUresult cuGraphUpload(void *e, void *s) { (void)e; (void)s; return 0; }
-CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = handle(); return 0; }
-CUresult cuCtxSynchronize(void) { return 0; }
-CUresult cuMemAlloc_v2(unsigned long long *p, size_t b)
-{ (void)b; *p = __atomic_add_fetch(&next_address, 1 << 20, __ATOMIC_RELAXED); return 0; }
-CUresult cuMemFree_v2(unsigned long long p) { (void)p; return 0; }
-CUresult cuMemsetD8_v2(unsigned long long p, unsigned char v, size_t n) { (void)p; (void)v; (void)n; return 0; }
-CUresult cuGraphAddChildGraphNode(void **n, void *g, void *deps, size_t count, void *child)
-{ (void)g; (void)deps; (void)count; (void)child; *n = handle(); return 0; }
-CUresult cuGraphAddMemsetNode(void **n, void *g, void *deps, size_t count, const void *p, void *c)
-{ (void)g; (void)deps; (void)count; (void)p; (void)c; *n = handle(); return 0; }
-
-/* CUgraphNodeParams: the type, 12 reserved bytes, then the union; for a conditional node
- * (type 13), CUDA_CONDITIONAL_NODE_PARAMS: handle (8), type (4), size (4), phGraph_out. */
-CUresult cuGraphAddNode_v2(void **n, void *g, void *deps, const void *data, size_t count, void *p)
-{
-    (void)g; (void)deps; (void)data; (void)count;
-    if (*(int *)p == 13) {
-        unsigned size = *(unsigned *)((char *)p + 28);
-        void **bodies = malloc(size * sizeof *bodies);
-        for (unsigned i = 0; i < size; i++)
-            bodies[i] = handle();
-        *(void ***)((char *)p + 32) = bodies;
-    }
-    *n = handle();
-    return 0;
-}
-CUresult cuGraphConditionalHandleCreate(unsigned long long *h, void *g, void *ctx, unsigned v,
-                                        unsigned flags)
-{ (void)g; (void)ctx; (void)v; (void)flags; *h = (unsigned long long)(uintptr_t)handle(); return 0; }
-
-/* Faults: after the next captured kernel launch, the next cuStreamGetCaptureInfo fails (1) or
- * reports no dependency (2). */
-static int armed, pending;
-void keep_fault_after_next_launch(int fault) { __atomic_store_n(&armed, fault, __ATOMIC_SEQ_CST); }
-CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                        unsigned bz, unsigned shared, void *s, void **params, void **extra)
-{
-    CUresult r = null_orig_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
-    if (s && s == capture_stream)
-        pending = __atomic_exchange_n(&armed, 0, __ATOMIC_SEQ_CST);
-    return r;
-}
-CUresult cuStreamGetCaptureInfo_v3(void *s, int *status, unsigned long long *id, void **graph,
-                                   void *const **deps, const void **edge_data, size_t *count)
-{
-    int fault = pending;
-    pending = 0;
-    if (fault == 1)
-        return 999; /* CUDA_ERROR_UNKNOWN */
-    CUresult r = null_orig_cuStreamGetCaptureInfo_v3(s, status, id, graph, deps, edge_data, count);
-    if (fault == 2 && count) {
-        *count = 0;
-        if (deps) *deps = NULL;
-    }
-    return r;
-}
-"#;
-
-/// The extended stub, built once per machine (the parent test builds it before its child runs).
-fn stub_path() -> Result<PathBuf, String> {
-    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("attack-keep-stub");
-        cuda_graph_tests::build_stub_variant(&dir, "null_keep", PREFIX, EXTRAS)
-    })
-    .clone()
-}
-
-/// The stub's function `name`, of type `F` (a C function pointer type).
-fn stub_fn<F: Copy>(name: &str) -> F {
-    // SAFETY: this file names the stub's functions with their C types.
-    unsafe { cuda_graph_tests::stub_variant_fn(&stub_path().expect("the stub was built"), name) }
-}
-
-/// One entry of the stub's log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Entry {
-    Launch { exec: u64, stream: u64 },
-    Record { event: u64, stream: u64 },
-    Wait { stream: u64, event: u64 },
-    Free { ptr: u64, stream: u64 },
-}
-
-fn log() -> Vec<Entry> {
-    let len: extern "C" fn() -> c_int = stub_fn("keep_log_len");
-    let at: extern "C" fn(c_int, *mut u64) = stub_fn("keep_log_at");
-    (0..len())
-        .map(|i| {
-            let mut e = [0u64; 3];
-            at(i, e.as_mut_ptr());
-            match e[0] {
-                1 => Entry::Launch {
-                    exec: e[1],
-                    stream: e[2],
-                },
-                2 => Entry::Record {
-                    event: e[1],
-                    stream: e[2],
-                },
-                3 => Entry::Wait {
-                    stream: e[1],
-                    event: e[2],
-                },
-                4 => Entry::Free {
-                    ptr: e[1],
-                    stream: e[2],
-                },
-                k => panic!("unknown log entry {k}"),
-            }
-        })
-        .collect()
-}
-
-/// Faults the next `cuStreamGetCaptureInfo` after the next captured kernel launch: 1, it fails;
-/// 2, it reports no dependency.
-fn fault_after_next_launch(fault: c_int) {
-    let f: extern "C" fn(c_int) = stub_fn("keep_fault_after_next_launch");
-    f(fault);
-}
+use launch_log_common::{
+    BYTES, Entry, N, config, fault_after_next_launch, filling, isolated, launched_owner, log, stub,
+};
 
 /// The frees of `ptr` outside captures, by position in `log`.
 fn frees_of(log: &[Entry], ptr: u64) -> Vec<usize> {
@@ -252,46 +83,8 @@ fn assert_not_freed(ptr: u64, what: &str) {
     );
 }
 
-/// The device of the stub, a module and its `fill_u32(p, n, v)`.
-fn stub() -> (Device, Module, Function) {
-    cuda_graph_tests::stub_variant_device(&stub_path().expect("the stub was built"))
-}
-
-fn config() -> LaunchConfig {
-    LaunchConfig::for_elements(N, 256)
-}
-
 fn live() -> isize {
     cuda_graph::live_objects().graph_allocations
-}
-
-/// Runs `body` in a child process of this test binary (the test `name`, with
-/// `ATTACK_KEEP_CHILD` naming it), failing when it fails or runs past 60 s (a deadlock).
-fn isolated(name: &str, body: fn()) {
-    cuda_graph_tests::isolated_on_stub_variant(name, "ATTACK_KEEP_CHILD", stub_path(), body);
-}
-
-/// A graph that allocates an allocation it does not free (G.3.3), instantiated and launched
-/// on `stream`: the allocation is live.
-fn launched_owner(device: &Device, stream: &Stream) -> (Graph, ExecGraph, GraphAllocation) {
-    let mut owner = Graph::new(device).unwrap();
-    let (_, a) = owner
-        .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES))
-        .unwrap();
-    let exec = owner.instantiate(InstantiateFlags::NONE).unwrap();
-    exec.launch(stream).unwrap();
-    assert!(a.is_live());
-    (owner, exec, a)
-}
-
-/// A graph whose one kernel node fills `target`.
-fn filling(device: &Device, fill: &Function, target: &impl cuda_graph::DeviceAddress) -> Graph {
-    let mut graph = Graph::new(device).unwrap();
-    let args = KernelArgs::new().ptr(target).value(N).value(1u32);
-    // SAFETY: fill_u32(unsigned* p, unsigned long long n, unsigned v) over N words of the
-    // target; the stub runs nothing.
-    unsafe { graph.add_kernel_node(&[], fill, config(), &args) }.unwrap();
-    graph
 }
 
 fn raw(stream: &impl AsStream) -> u64 {

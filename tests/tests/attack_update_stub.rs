@@ -2,207 +2,33 @@
 //! conditional bodies and the `into_raw`/`from_raw` hand-overs of streams and events, on the
 //! host, without a GPU: what an executable graph keeps, tracks and refuses stays right.
 //!
-//! Two drivers: a variant of `stub-driver/null_cuda.c` built here (a log of launches, event
-//! records, waits and frees; `cuGraphExecUpdate` that can be made to refuse; `cuEventQuery`
-//! that can be made to answer "not ready"), and the checking stub `stub-driver/hunt_cuda.c`
-//! (managed memory that GPU work writes when it runs). Each test runs in a process of its own.
+//! Two drivers: the launch-log variant of `stub-driver/null_cuda.c` (`launch_log_common`: a
+//! log of launches, event records, waits and frees; `cuGraphExecUpdate` that can be made to
+//! refuse; `cuEventQuery` that can be made to answer "not ready"), and the checking stub
+//! `stub-driver/hunt_cuda.c` (managed memory that GPU work writes when it runs). Each test runs
+//! in a process of its own.
 
 #![allow(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(cuda_graph_tests_hunt_stub)]
 mod hunt_common;
+mod launch_log_common;
 
-use std::ffi::c_int;
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 #[cfg(cuda_graph_child_move)]
 use cuda_graph::AllocParams;
+#[cfg(any(cuda_graph_child_move, cuda_graph_tests_hunt_stub))]
+use cuda_graph::KernelArgs;
+#[cfg(cuda_graph_tests_hunt_stub)]
+use cuda_graph::{AsStream, DeviceBuffer, LaunchConfig, Module};
 use cuda_graph::{
-    AsStream, BorrowedStream, ConditionalKind, Device, DeviceBuffer, Error, Event, ExecGraph,
-    Function, Graph, GraphAllocation, InstantiateFlags, KernelArgs, LaunchConfig, Module, Stream,
+    BorrowedStream, ConditionalKind, Device, Error, Event, Graph, InstantiateFlags, Stream,
     UpdateRefusal, flush_deferred,
 };
-
-const BYTES: usize = 1 << 20;
-const N: u64 = (BYTES / 4) as u64;
-
-const PREFIX: &str = r#"
-#define cuGraphExecUpdate_v2 null_orig_cuGraphExecUpdate_v2
-#define cuMemFreeAsync null_orig_cuMemFreeAsync
-"#;
-
-const EXTRAS: &str = r#"
-#undef cuGraphExecUpdate_v2
-#undef cuMemFreeAsync
-
-enum { LOG_MAX = 1 << 16 };
-static struct { int kind; unsigned long long a, b; } entries[LOG_MAX];
-static int entry_count;
-static int log_lock;
-static void note(int kind, const void *a, const void *b)
-{
-    while (__atomic_exchange_n(&log_lock, 1, __ATOMIC_ACQUIRE)) {}
-    if (entry_count < LOG_MAX) {
-        entries[entry_count].kind = kind;
-        entries[entry_count].a = (unsigned long long)(uintptr_t)a;
-        entries[entry_count].b = (unsigned long long)(uintptr_t)b;
-        entry_count++;
-    }
-    __atomic_store_n(&log_lock, 0, __ATOMIC_RELEASE);
-}
-int upd_log_len(void) { return __atomic_load_n(&entry_count, __ATOMIC_SEQ_CST); }
-void upd_log_at(int i, unsigned long long *out)
-{
-    out[0] = (unsigned long long)entries[i].kind;
-    out[1] = entries[i].a;
-    out[2] = entries[i].b;
-}
-
-/* Set: cuGraphExecUpdate refuses (CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, topology changed). */
-static int refuse_update;
-void upd_refuse_update(int r) { __atomic_store_n(&refuse_update, r, __ATOMIC_SEQ_CST); }
-static int updates;
-int upd_updates(void) { return __atomic_load_n(&updates, __ATOMIC_SEQ_CST); }
-CUresult cuGraphExecUpdate_v2(void *e, void *g, void *info)
-{
-    (void)e; (void)g;
-    struct { int result; void *error_node, *error_from_node; } *out = info;
-    out->error_node = out->error_from_node = NULL;
-    if (__atomic_load_n(&refuse_update, __ATOMIC_SEQ_CST)) {
-        out->result = 2;
-        return 910;
-    }
-    __atomic_add_fetch(&updates, 1, __ATOMIC_SEQ_CST);
-    out->result = 0;
-    return 0;
-}
-
-/* Set: events are not complete (the launches they follow still run). */
-static int not_ready;
-void upd_not_ready(int r) { __atomic_store_n(&not_ready, r, __ATOMIC_SEQ_CST); }
-CUresult cuEventQuery(void *e) { (void)e; return __atomic_load_n(&not_ready, __ATOMIC_SEQ_CST) ? 600 : 0; }
-CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
-
-CUresult cuGraphLaunch(void *e, void *s) { note(1, e, s); return 0; }
-CUresult cuEventRecord(void *e, void *s) { note(2, e, s); return 0; }
-CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)f; note(3, s, e); return 0; }
-CUresult cuMemFreeAsync(unsigned long long p, void *s)
-{
-    if (!(s && s == capture_stream))
-        note(4, (void *)(uintptr_t)p, s);
-    return null_orig_cuMemFreeAsync(p, s);
-}
-CUresult cuGraphUpload(void *e, void *s) { (void)e; (void)s; return 0; }
-CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = handle(); return 0; }
-CUresult cuCtxSynchronize(void) { return 0; }
-CUresult cuMemAlloc_v2(unsigned long long *p, size_t b)
-{ (void)b; *p = __atomic_add_fetch(&next_address, 1 << 20, __ATOMIC_RELAXED); return 0; }
-CUresult cuMemFree_v2(unsigned long long p) { (void)p; return 0; }
-CUresult cuMemsetD8_v2(unsigned long long p, unsigned char v, size_t n) { (void)p; (void)v; (void)n; return 0; }
-CUresult cuGraphAddHostNode(void **n, void *g, void *deps, size_t count, const void *p)
-{ (void)g; (void)deps; (void)count; (void)p; *n = handle(); return 0; }
-CUresult cuGraphAddChildGraphNode(void **n, void *g, void *deps, size_t count, void *child)
-{ (void)g; (void)deps; (void)count; (void)child; *n = handle(); return 0; }
-CUresult cuGraphAddMemsetNode(void **n, void *g, void *deps, size_t count, const void *p, void *c)
-{ (void)g; (void)deps; (void)count; (void)p; (void)c; *n = handle(); return 0; }
-CUresult cuGraphAddEventRecordNode(void **n, void *g, void *deps, size_t count, void *e)
-{ (void)g; (void)deps; (void)count; (void)e; *n = handle(); return 0; }
-static int set_params;
-int upd_set_params(void) { return __atomic_load_n(&set_params, __ATOMIC_SEQ_CST); }
-CUresult cuGraphExecKernelNodeSetParams_v2(void *e, void *n, const void *p)
-{ (void)e; (void)n; (void)p; __atomic_add_fetch(&set_params, 1, __ATOMIC_SEQ_CST); return 0; }
-CUresult cuGraphAddNode_v2(void **n, void *g, void *deps, const void *data, size_t count, void *p)
-{
-    (void)g; (void)deps; (void)data; (void)count;
-    if (*(int *)p == 13) {
-        unsigned size = *(unsigned *)((char *)p + 28);
-        void **bodies = malloc(size * sizeof *bodies);
-        for (unsigned i = 0; i < size; i++)
-            bodies[i] = handle();
-        *(void ***)((char *)p + 32) = bodies;
-    }
-    *n = handle();
-    return 0;
-}
-CUresult cuGraphConditionalHandleCreate(unsigned long long *h, void *g, void *ctx, unsigned v,
-                                        unsigned flags)
-{ (void)g; (void)ctx; (void)v; (void)flags; *h = (unsigned long long)(uintptr_t)handle(); return 0; }
-"#;
-
-fn stub_path() -> Result<PathBuf, String> {
-    static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("attack-update-stub");
-        cuda_graph_tests::build_stub_variant(&dir, "null_update", PREFIX, EXTRAS)
-    })
-    .clone()
-}
-
-fn stub_fn<F: Copy>(name: &str) -> F {
-    // SAFETY: this file names the stub's functions with their C types.
-    unsafe { cuda_graph_tests::stub_variant_fn(&stub_path().expect("the stub was built"), name) }
-}
-
-fn set(name: &str, v: c_int) {
-    let f: extern "C" fn(c_int) = stub_fn(name);
-    f(v);
-}
-
-fn get(name: &str) -> c_int {
-    let f: extern "C" fn() -> c_int = stub_fn(name);
-    f()
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Entry {
-    Launch { exec: u64, stream: u64 },
-    Record { event: u64, stream: u64 },
-    Wait { stream: u64, event: u64 },
-    Free { ptr: u64, stream: u64 },
-}
-
-fn log() -> Vec<Entry> {
-    let len: extern "C" fn() -> c_int = stub_fn("upd_log_len");
-    let at: extern "C" fn(c_int, *mut u64) = stub_fn("upd_log_at");
-    (0..len())
-        .map(|i| {
-            let mut e = [0u64; 3];
-            at(i, e.as_mut_ptr());
-            match e[0] {
-                1 => Entry::Launch {
-                    exec: e[1],
-                    stream: e[2],
-                },
-                2 => Entry::Record {
-                    event: e[1],
-                    stream: e[2],
-                },
-                3 => Entry::Wait {
-                    stream: e[1],
-                    event: e[2],
-                },
-                4 => Entry::Free {
-                    ptr: e[1],
-                    stream: e[2],
-                },
-                k => panic!("unknown log entry {k}"),
-            }
-        })
-        .collect()
-}
-
-fn stub() -> (Device, Module, Function) {
-    cuda_graph_tests::stub_variant_device(&stub_path().expect("the stub was built"))
-}
-
-fn config() -> LaunchConfig {
-    LaunchConfig::for_elements(N, 256)
-}
-
-fn isolated(name: &str, body: fn()) {
-    cuda_graph_tests::isolated_on_stub_variant(name, "ATTACK_UPDATE_CHILD", stub_path(), body);
-}
+use launch_log_common::{BYTES, Entry, filling, isolated, launched_owner, log, stub};
+#[cfg(cuda_graph_child_move)]
+use launch_log_common::{N, config};
 
 fn live_allocations() -> isize {
     cuda_graph::live_objects().graph_allocations
@@ -220,28 +46,6 @@ fn host_graph(device: &Device, sentinel: &Arc<()>) -> Graph {
     let mut g = Graph::new(device).unwrap();
     g.add_host_node(&[], sentinel_closure(sentinel)).unwrap();
     g
-}
-
-/// A graph whose one kernel node fills `target`.
-fn filling(device: &Device, fill: &Function, target: &impl cuda_graph::DeviceAddress) -> Graph {
-    let mut graph = Graph::new(device).unwrap();
-    let args = KernelArgs::new().ptr(target).value(N).value(1u32);
-    // SAFETY: fill_u32(unsigned* p, unsigned long long n, unsigned v) over N words of the
-    // target; the stub runs nothing.
-    unsafe { graph.add_kernel_node(&[], fill, config(), &args) }.unwrap();
-    graph
-}
-
-/// A graph that allocates an allocation it does not free, launched: the allocation is live.
-fn launched_owner(device: &Device, stream: &Stream) -> (Graph, ExecGraph, GraphAllocation) {
-    let mut owner = Graph::new(device).unwrap();
-    let (_, a) = owner
-        .add_mem_alloc_node(&[], &cuda_graph::AllocParams::new(device, BYTES))
-        .unwrap();
-    let exec = owner.instantiate(InstantiateFlags::NONE).unwrap();
-    exec.launch(stream).unwrap();
-    assert!(a.is_live());
-    (owner, exec, a)
 }
 
 /// `set_kernel_node_params` accepts a graph allocation that the node uses when a child graph
@@ -305,7 +109,7 @@ fn refused_update_leaves_the_executable_graph_as_it_was() {
             let sentinel = Arc::new(());
             let mut new = filling(&device, &fill, &b);
             new.add_host_node(&[], sentinel_closure(&sentinel)).unwrap();
-            set("upd_refuse_update", 1);
+            launch_log_common::refuse_update(true);
             let e = exec.update(&new).unwrap_err();
             assert!(
                 matches!(
@@ -358,7 +162,7 @@ fn update_to_a_graph_with_a_moved_memory_child_is_refused() {
             child.add_mem_free_node(&[n], &a).unwrap();
             let mut parent = Graph::new(&device).unwrap();
             parent.add_child_graph_node_moved(&[], child).unwrap();
-            let updates = get("upd_updates");
+            let updates = launch_log_common::updates();
             let e = exec.update(&parent).unwrap_err();
             assert!(
                 matches!(
@@ -370,7 +174,11 @@ fn update_to_a_graph_with_a_moved_memory_child_is_refused() {
                 ),
                 "{e:?}"
             );
-            assert_eq!(get("upd_updates"), updates, "the driver was not asked");
+            assert_eq!(
+                launch_log_common::updates(),
+                updates,
+                "the driver was not asked"
+            );
         },
     );
 }
@@ -390,7 +198,7 @@ fn update_keeps_the_previous_closure_until_the_earlier_launch_is_done() {
                 drop(g1);
                 let stream = Stream::new(&device).unwrap();
                 let per_thread = BorrowedStream::per_thread(&device);
-                set("upd_not_ready", 1);
+                launch_log_common::not_ready(true);
                 if owned {
                     exec.launch(&stream).unwrap();
                 } else {
@@ -406,7 +214,7 @@ fn update_keeps_the_previous_closure_until_the_earlier_launch_is_done() {
                     assert_eq!(Arc::strong_count(&old), 2, "kept while the launch runs");
                 }
                 assert_eq!(Arc::strong_count(&new), 2, "the new closure is kept");
-                set("upd_not_ready", 0);
+                launch_log_common::not_ready(false);
                 flush_deferred();
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 flush_deferred();
