@@ -195,6 +195,7 @@ impl Graph {
             locked_order([&unfreed, &foreign_frees, &foreign_uses]);
         Ok(ExecGraph {
             graph_id: self.id,
+            nodes: self.record.nodes.len(),
             host_memory: host_memory_in(&keep),
             keep: Some(keep),
             node_keeps: Vec::new(),
@@ -275,6 +276,8 @@ pub struct ExecGraph {
     raw: sys::CUgraphExec,
     /// The id of the graph it was instantiated from: the graph whose nodes name its nodes.
     graph_id: u64,
+    /// How many nodes that graph had at instantiation: nodes added since are not in this one.
+    nodes: usize,
     device: Device,
     flags: InstantiateFlags,
     /// Allocated by this graph and not freed in it: live after a launch.
@@ -681,7 +684,8 @@ impl ExecGraph {
     ///
     /// [`Error::InvalidArgument`] naming `cuGraphExecKernelNodeSetParams`, before the driver is
     /// called, when `graph` is not the graph this executable graph was made from, `node` is not
-    /// one of its kernel nodes, or `args` passes a graph allocation the node did not use;
+    /// one of its kernel nodes (or was added to it after the instantiation), or `args` passes a
+    /// graph allocation the node did not use;
     /// [`Device::bind`]'s errors; [`Error::Driver`] naming `cuGraphExecKernelNodeSetParams`
     /// when the driver refuses the change (a function of another context, for one).
     ///
@@ -704,7 +708,16 @@ impl ExecGraph {
                 "the graph is not the one this executable graph was made from",
             ));
         }
-        let record = &graph.nodes()[graph.index_of(CALL, node)?];
+        let index = graph.index_of(CALL, node)?;
+        if index >= self.nodes {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "node {index} was added to the graph after this executable graph was made from it"
+                ),
+            ));
+        }
+        let record = &graph.nodes()[index];
         if !matches!(record.kind(), NodeKind::Kernel(_)) {
             return Err(Error::invalid(
                 CALL,
@@ -753,7 +766,6 @@ impl ExecGraph {
         })?;
         // The node's previous setting stays until the launches queued so far are done; the
         // graph's list keeps what the node referred to at instantiation.
-        let index = graph.index_of(CALL, node)?;
         let mut set = KeepList::default();
         function.keep_in(&mut set);
         args.keep_unrecorded_in(&mut set);

@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 #[cfg(cuda_graph_child_move)]
 use cuda_graph::AllocParams;
-#[cfg(any(cuda_graph_child_move, cuda_graph_tests_hunt_stub))]
 use cuda_graph::KernelArgs;
 #[cfg(cuda_graph_tests_hunt_stub)]
 use cuda_graph::{AsStream, DeviceBuffer, LaunchConfig, Module};
@@ -26,9 +25,7 @@ use cuda_graph::{
     BorrowedStream, ConditionalKind, Device, Error, Event, Graph, InstantiateFlags, Stream,
     UpdateRefusal, flush_deferred,
 };
-use launch_log_common::{BYTES, Entry, filling, isolated, launched_owner, log, stub};
-#[cfg(cuda_graph_child_move)]
-use launch_log_common::{N, config};
+use launch_log_common::{BYTES, Entry, N, config, filling, isolated, launched_owner, log, stub};
 
 fn live_allocations() -> isize {
     cuda_graph::live_objects().graph_allocations
@@ -46,6 +43,37 @@ fn host_graph(device: &Device, sentinel: &Arc<()>) -> Graph {
     let mut g = Graph::new(device).unwrap();
     g.add_host_node(&[], sentinel_closure(sentinel)).unwrap();
     g
+}
+
+/// `set_kernel_node_params` refuses, before the driver is called, a node added to the graph
+/// after the executable graph was made from it: the executable graph has no such node, and the
+/// checks made at instantiation did not see what it uses.
+#[test]
+fn set_kernel_node_params_refuses_a_node_added_after_the_instantiation() {
+    isolated(
+        "set_kernel_node_params_refuses_a_node_added_after_the_instantiation",
+        || {
+            let (device, _module, fill) = stub();
+            let buffer = cuda_graph::DeviceBuffer::<u32>::zeroed(&device, N as usize).unwrap();
+            let mut graph = filling(&device, &fill, &buffer);
+            let mut exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+            let args = KernelArgs::new().ptr(&buffer).value(N).value(2u32);
+            // SAFETY: fill_u32 over the buffer's N words; the stub runs nothing.
+            let later = unsafe { graph.add_kernel_node(&[], &fill, config(), &args) }.unwrap();
+            let before = launch_log_common::set_params();
+            // SAFETY: as above.
+            let set = unsafe { exec.set_kernel_node_params(&graph, later, &fill, config(), &args) };
+            assert!(
+                matches!(set, Err(Error::InvalidArgument { .. })),
+                "a node added after the instantiation: {set:?}"
+            );
+            assert_eq!(
+                launch_log_common::set_params(),
+                before,
+                "the driver was not called"
+            );
+        },
+    );
 }
 
 /// `set_kernel_node_params` accepts a graph allocation that the node uses when a child graph
