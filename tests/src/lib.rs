@@ -81,6 +81,31 @@ pub fn built_library(built: &str, error: &str) -> Result<std::path::PathBuf, Str
 /// The stub driver's source (`stub-driver/null_cuda.c`), for tests that build a variant of it.
 pub const STUB_DRIVER_SOURCE: &str = include_str!("../stub-driver/null_cuda.c");
 
+/// C for a stub variant's `extras`: conditional nodes, which `null_cuda.c` lacks.
+/// `cuGraphAddNode_v2` hands out a node and, for a conditional node, the handles of its bodies;
+/// `cuGraphConditionalHandleCreate` a handle. Each opens with `STUB_NODE_HOOK;`, which the
+/// variant defines (a log of the call, or `(void)0`) before it.
+pub const CONDITIONAL_NODE_STUB: &str = r#"
+/* CUgraphNodeParams: the type, 12 reserved bytes, then the union; for a conditional node
+ * (type 13), CUDA_CONDITIONAL_NODE_PARAMS: handle (8), type (4), size (4), phGraph_out. */
+CUresult cuGraphAddNode_v2(void **n, void *g, const void *deps, const void *data, size_t count, void *p)
+{
+    STUB_NODE_HOOK;
+    (void)g; (void)deps; (void)data; (void)count;
+    if (*(int *)p == 13) {
+        unsigned size = *(unsigned *)((char *)p + 28);
+        void **bodies = malloc(size * sizeof *bodies);
+        for (unsigned i = 0; i < size; i++)
+            bodies[i] = handle();
+        *(void ***)((char *)p + 32) = bodies;
+    }
+    *n = handle();
+    return 0;
+}
+CUresult cuGraphConditionalHandleCreate(unsigned long long *h, void *g, void *ctx, unsigned v, unsigned flags)
+{ STUB_NODE_HOOK; (void)g; (void)ctx; (void)v; (void)flags; *h = (unsigned long long)(uintptr_t)handle(); return 0; }
+"#;
+
 /// Builds a variant of the stub driver: `prefix`, the stub's source, then `extras`, compiled
 /// with `cc` (or `$CC`) into a shared library in `dir`, named `lib<name>_<hash of the source>.so`.
 /// Built once per content: a library already there is returned as it is. Written under a

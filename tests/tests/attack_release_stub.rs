@@ -31,11 +31,12 @@ mod context_common;
 
 use std::time::Duration;
 
-use context_common::{BYTES, Call, N, cfg, fail_bind, not_ready, on_fresh, stub, take_log};
+use context_common::{
+    BYTES, Call, N, add_fill_node, fail_bind, not_ready, on_fresh, stub, take_log,
+};
 use cuda_graph::{
-    AsStream, CaptureMode, Device, DeviceAddress, DeviceBuffer, Event, Function, Graph,
-    InstantiateFlags, KernelArgs, Node, PinnedBuffer, Stream, StreamAllocation, StreamMemOps,
-    flush_deferred,
+    AsStream, CaptureMode, Device, DeviceBuffer, Event, Function, Graph, InstantiateFlags,
+    PinnedBuffer, Stream, StreamAllocation, StreamMemOps, flush_deferred,
 };
 
 /// How many calls of `name` the log holds.
@@ -93,25 +94,6 @@ const RELEASE_CALLS: &[&str] = &[
     "cuEventQuery",
 ];
 
-/// Adds to `graph`, after `deps`, a kernel node of `fill` (`fill_u32(target, N, 1)`).
-fn add_fill_node(
-    graph: &mut Graph,
-    deps: &[Node],
-    fill: &Function,
-    target: &impl DeviceAddress,
-) -> Node {
-    // SAFETY: fill_u32(p, n, v) over `target`, which holds N u32; the stub runs nothing.
-    unsafe {
-        graph.add_kernel_node(
-            deps,
-            fill,
-            cfg(),
-            &KernelArgs::new().ptr(target).value(N).value(1u32),
-        )
-    }
-    .unwrap()
-}
-
 /// A graph of one kernel node over `buffer`, instantiated.
 fn exec_over(
     device: &Device,
@@ -119,7 +101,7 @@ fn exec_over(
     buffer: &DeviceBuffer<u32>,
 ) -> cuda_graph::ExecGraph {
     let mut g = Graph::new(device).unwrap();
-    add_fill_node(&mut g, &[], fill, buffer);
+    add_fill_node(&mut g, &[], fill, buffer, 1);
     g.instantiate(InstantiateFlags::NONE).unwrap()
 }
 
@@ -138,7 +120,7 @@ fn bind_failure_body() {
     {
         let sa = StreamAllocation::new(&stream, BYTES).unwrap();
         let mut g = Graph::new(&device).unwrap();
-        add_fill_node(&mut g, &[], &fill, &sa);
+        add_fill_node(&mut g, &[], &fill, &sa, 1);
         drop(sa);
         drop(g);
         flush_deferred();
@@ -505,7 +487,7 @@ fn panics_and_order_body() {
             let _ = &p;
         })
         .unwrap();
-    add_fill_node(&mut graph, &[h], &fill, &buffer);
+    add_fill_node(&mut graph, &[h], &fill, &buffer, 1);
     let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
     exec.launch(&stream).unwrap();
     not_ready(true);

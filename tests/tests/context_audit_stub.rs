@@ -24,7 +24,7 @@ mod context_common;
 
 use std::fmt::Debug;
 
-use context_common::{BYTES, N, cfg, not_ready, stub, try_on_fresh};
+use context_common::{BYTES, N, add_fill_node, cfg, not_ready, stub, try_on_fresh};
 use cuda_graph::{
     Access, AllocParams, AsStream, BorrowedStream, CaptureMode, ConditionalKind, Device,
     DeviceBuffer, Event, Function, Graph, InstantiateFlags, KernelArgs, ManagedBuffer, MemPool,
@@ -334,16 +334,7 @@ fn explicit_graph_body() {
     let (a, b) = handed
         .add_mem_alloc_node(&[], &AllocParams::new(&device, BYTES))
         .unwrap();
-    // SAFETY: fill_u32 over `b`; the stub runs nothing.
-    let k = unsafe {
-        handed.add_kernel_node(
-            &[a],
-            &fill,
-            cfg(),
-            &KernelArgs::new().ptr(&b).value(N).value(1u32),
-        )
-    }
-    .unwrap();
+    let k = add_fill_node(&mut handed, &[a], &fill, &b, 1u32);
     handed.add_mem_free_node(&[k], &b).unwrap();
     drop(b);
     let raw = step("Graph::into_raw", move || handed.into_raw() as usize).unwrap();
@@ -376,16 +367,7 @@ fn alloc_kernel_free(device: &Device, fill: &Function) -> (Graph, cuda_graph::No
     let (a, b) = graph
         .add_mem_alloc_node(&[], &AllocParams::new(device, BYTES))
         .unwrap();
-    // SAFETY: fill_u32 over `b`; the stub runs nothing.
-    let k = unsafe {
-        graph.add_kernel_node(
-            &[a],
-            fill,
-            cfg(),
-            &KernelArgs::new().ptr(&b).value(N).value(1u32),
-        )
-    }
-    .unwrap();
+    let k = add_fill_node(&mut graph, &[a], fill, &b, 1u32);
     graph.add_mem_free_node(&[k], &b).unwrap();
     (graph, k)
 }
@@ -398,16 +380,7 @@ fn kernel_on(
     v: u32,
 ) -> (Graph, cuda_graph::Node) {
     let mut graph = Graph::new(device).unwrap();
-    // SAFETY: fill_u32 over `buf`; the stub runs nothing.
-    let k = unsafe {
-        graph.add_kernel_node(
-            &[],
-            fill,
-            cfg(),
-            &KernelArgs::new().ptr(buf).value(N).value(v),
-        )
-    }
-    .unwrap();
+    let k = add_fill_node(&mut graph, &[], fill, buf, v);
     (graph, k)
 }
 
@@ -475,16 +448,7 @@ fn exec_graph_body() {
     let pexec = producer.instantiate(InstantiateFlags::NONE).unwrap();
     pexec.launch(&stream).unwrap();
     let mut consumer = Graph::new(&device).unwrap();
-    // SAFETY: fill_u32 over `live`; the stub runs nothing.
-    unsafe {
-        consumer.add_kernel_node(
-            &[],
-            &fill,
-            cfg(),
-            &KernelArgs::new().ptr(&live).value(N).value(4u32),
-        )
-    }
-    .unwrap();
+    add_fill_node(&mut consumer, &[], &fill, &live, 4u32);
     let cexec = consumer.instantiate(InstantiateFlags::NONE).unwrap();
     let cexec = step(
         "ExecGraph::launch (uses a live allocation of another graph)",
@@ -562,16 +526,7 @@ fn exec_graph_body() {
     {
         let sa = StreamAllocation::new(&stream, BYTES).unwrap();
         let mut g = Graph::new(&device).unwrap();
-        // SAFETY: fill_u32 over `sa`; the stub runs nothing.
-        unsafe {
-            g.add_kernel_node(
-                &[],
-                &fill,
-                cfg(),
-                &KernelArgs::new().ptr(&sa).value(N).value(1u32),
-            )
-        }
-        .unwrap();
+        add_fill_node(&mut g, &[], &fill, &sa, 1u32);
         let x = g.instantiate(InstantiateFlags::NONE).unwrap();
         x.launch(&stream).unwrap();
         drop(sa);

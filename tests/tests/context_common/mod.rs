@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use cuda_graph::{Device, Function, LaunchConfig, Module};
+use cuda_graph::{Device, DeviceAddress, Function, Graph, KernelArgs, LaunchConfig, Module, Node};
 
 pub const BYTES: usize = 1 << 20;
 pub const N: u64 = (BYTES / 4) as u64;
@@ -205,24 +205,8 @@ CUresult cuGraphAddMemcpyNode(void **n, void *g, const void *deps, size_t count,
 { LOG_CALL; (void)g; (void)deps; (void)count; (void)p; (void)c; *n = handle(); return 0; }
 CUresult cuGraphAddMemsetNode(void **n, void *g, const void *deps, size_t count, const void *p, void *c)
 { LOG_CALL; (void)g; (void)deps; (void)count; (void)p; (void)c; *n = handle(); return 0; }
-/* CUgraphNodeParams: the type, 12 reserved bytes, then the union; for a conditional node
- * (type 13), CUDA_CONDITIONAL_NODE_PARAMS: handle (8), type (4), size (4), phGraph_out. */
-CUresult cuGraphAddNode_v2(void **n, void *g, const void *deps, const void *data, size_t count, void *p)
-{
-    LOG_CALL;
-    (void)g; (void)deps; (void)data; (void)count;
-    if (*(int *)p == 13) {
-        unsigned size = *(unsigned *)((char *)p + 28);
-        void **bodies = malloc(size * sizeof *bodies);
-        for (unsigned i = 0; i < size; i++)
-            bodies[i] = handle();
-        *(void ***)((char *)p + 32) = bodies;
-    }
-    *n = handle();
-    return 0;
-}
-CUresult cuGraphConditionalHandleCreate(unsigned long long *h, void *g, void *ctx, unsigned v, unsigned flags)
-{ LOG_CALL; (void)g; (void)ctx; (void)v; (void)flags; *h = (unsigned long long)(uintptr_t)handle(); return 0; }
+/* Conditional nodes: cuda_graph_tests::CONDITIONAL_NODE_STUB, after this, logs them too. */
+#define STUB_NODE_HOOK LOG_CALL
 CUresult cuGraphDebugDotPrint(void *g, const char *path, unsigned flags)
 {
     LOG_CALL;
@@ -343,6 +327,7 @@ fn stub_path() -> Result<PathBuf, String> {
             extras += &format!("#undef {}\n", f.name);
         }
         extras += EXTRAS;
+        extras += cuda_graph_tests::CONDITIONAL_NODE_STUB;
         for f in &functions {
             if HAND_WRAPPED.contains(&f.name.as_str()) {
                 continue;
@@ -416,6 +401,27 @@ pub fn stub() -> (Device, Module, Function) {
 /// The launch shape of `fill_u32` over `N` values.
 pub fn cfg() -> LaunchConfig {
     LaunchConfig::for_elements(N, 256)
+}
+
+/// Adds to `graph`, after `deps`, a `fill_u32` node that writes `value` to the `N` words of
+/// `target`.
+pub fn add_fill_node(
+    graph: &mut Graph,
+    deps: &[Node],
+    fill: &Function,
+    target: &impl DeviceAddress,
+    value: u32,
+) -> Node {
+    // SAFETY: fill_u32(p, n, v) over `target`, which holds N u32; the stub runs nothing.
+    unsafe {
+        graph.add_kernel_node(
+            deps,
+            fill,
+            cfg(),
+            &KernelArgs::new().ptr(target).value(N).value(value),
+        )
+    }
+    .unwrap()
 }
 
 /// Runs `f` on a new thread named `fresh` (no context current there); `Err` when it panicked.

@@ -128,24 +128,8 @@ int launch_log_set_params(void) { return __atomic_load_n(&set_params, __ATOMIC_S
 CUresult cuGraphExecKernelNodeSetParams_v2(void *e, void *n, const void *p)
 { (void)e; (void)n; (void)p; __atomic_add_fetch(&set_params, 1, __ATOMIC_SEQ_CST); return 0; }
 
-/* CUgraphNodeParams: the type, 12 reserved bytes, then the union; for a conditional node
- * (type 13), CUDA_CONDITIONAL_NODE_PARAMS: handle (8), type (4), size (4), phGraph_out. */
-CUresult cuGraphAddNode_v2(void **n, void *g, void *deps, const void *data, size_t count, void *p)
-{
-    (void)g; (void)deps; (void)data; (void)count;
-    if (*(int *)p == 13) {
-        unsigned size = *(unsigned *)((char *)p + 28);
-        void **bodies = malloc(size * sizeof *bodies);
-        for (unsigned i = 0; i < size; i++)
-            bodies[i] = handle();
-        *(void ***)((char *)p + 32) = bodies;
-    }
-    *n = handle();
-    return 0;
-}
-CUresult cuGraphConditionalHandleCreate(unsigned long long *h, void *g, void *ctx, unsigned v,
-                                        unsigned flags)
-{ (void)g; (void)ctx; (void)v; (void)flags; *h = (unsigned long long)(uintptr_t)handle(); return 0; }
+/* Conditional nodes: cuda_graph_tests::CONDITIONAL_NODE_STUB, after this. */
+#define STUB_NODE_HOOK ((void)0)
 
 /* Faults: after the next captured kernel launch, the next cuStreamGetCaptureInfo fails (1) or
  * reports no dependency (2). */
@@ -180,7 +164,8 @@ pub fn stub_path() -> Result<PathBuf, String> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PATH.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("launch-log-stub");
-        cuda_graph_tests::build_stub_variant(&dir, "null_launch_log", PREFIX, EXTRAS)
+        let extras = format!("{EXTRAS}{}", cuda_graph_tests::CONDITIONAL_NODE_STUB);
+        cuda_graph_tests::build_stub_variant(&dir, "null_launch_log", PREFIX, &extras)
     })
     .clone()
 }
