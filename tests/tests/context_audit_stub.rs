@@ -539,34 +539,49 @@ fn exec_graph_body() {
     }
 
     // Releases that wait for the GPU: run by the crate's release thread.
-    let (graph, _) = alloc_kernel_free(&device, &fill);
-    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
-    exec.launch(&BorrowedStream::legacy(&device)).unwrap();
-    not_ready(true);
-    let _ = take_log();
-    drop(exec);
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    report("drop ExecGraph on main while its launch runs (release thread polls)");
-    not_ready(false);
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    report("... the launch completes (release thread releases)");
-    drop(graph);
-
-    let (graph, _) = alloc_kernel_free(&device, &fill);
-    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    drop_exec_while_its_launch_runs(
+        &device,
+        &fill,
+        &BorrowedStream::legacy(&device),
+        [
+            "drop ExecGraph on main while its launch runs (release thread polls)",
+            "... the launch completes (release thread releases)",
+        ],
+    );
     let stream2 = Stream::new(&device).unwrap();
-    exec.launch(&stream2).unwrap();
-    not_ready(true);
-    let _ = take_log();
-    drop(exec);
-    std::thread::sleep(std::time::Duration::from_millis(50));
-    report("drop ExecGraph on main, launched on an owned Stream still busy");
-    not_ready(false);
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    report("... the stream's work completes (release thread releases)");
-    drop(graph);
+    drop_exec_while_its_launch_runs(
+        &device,
+        &fill,
+        &stream2,
+        [
+            "drop ExecGraph on main, launched on an owned Stream still busy",
+            "... the stream's work completes (release thread releases)",
+        ],
+    );
     drop(stream2);
     flush_deferred();
+}
+
+/// Launches an executable graph of `alloc_kernel_free` on `stream` and drops it while the
+/// launch runs, then lets the launch complete; reports the release thread's calls in between
+/// under `labels` (while it polls, once it releases).
+fn drop_exec_while_its_launch_runs(
+    device: &Device,
+    fill: &Function,
+    stream: &impl AsStream,
+    labels: [&str; 2],
+) {
+    let (graph, _) = alloc_kernel_free(device, fill);
+    let exec = graph.instantiate(InstantiateFlags::NONE).unwrap();
+    exec.launch(stream).unwrap();
+    not_ready(true);
+    let _ = take_log();
+    drop(exec);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    report(labels[0]);
+    not_ready(false);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    report(labels[1]);
 }
 
 #[test]
